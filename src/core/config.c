@@ -1,0 +1,266 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Settings: defaults, then the config file, then SOFTVERBS_* variables.
+ *
+ * They are read once per process, on the first verb that needs them; a
+ * program's device model cannot change under it.  A bad value is reported
+ * on stderr, naming the setting and the accepted values, and the default
+ * stays in force: the program still runs, and the user sees why.
+ */
+#define _GNU_SOURCE
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "../sv.h"
+
+static struct sv_config cfg;
+static pthread_once_t cfg_once = PTHREAD_ONCE_INIT;
+
+/* Complaints are collected first and printed once the log level is known. */
+static void bad_value(const char *where, const char *key, const char *val,
+		      const char *accepted)
+{
+	fprintf(stderr, "softverbs: %s: %s=\"%s\" is not valid (%s); using the default\n",
+		where, key, val, accepted);
+}
+
+static bool parse_uint(const char *s, unsigned long max, unsigned long *out)
+{
+	char *end;
+
+	if (!*s)
+		return false;
+	errno = 0;
+	unsigned long v = strtoul(s, &end, 0);
+	if (errno || *end || v > max || s[0] == '-')
+		return false;
+	*out = v;
+	return true;
+}
+
+static bool parse_bool(const char *s, int *out)
+{
+	static const char *const yes[] = { "1", "yes", "true", "on" };
+	static const char *const no[] = { "0", "no", "false", "off" };
+
+	for (size_t i = 0; i < SV_ARRAY_SIZE(yes); i++) {
+		if (!strcasecmp(s, yes[i]))
+			return *out = 1, true;
+		if (!strcasecmp(s, no[i]))
+			return *out = 0, true;
+	}
+	return false;
+}
+
+/* One setting: its key in the file, and how it is parsed into cfg. */
+struct setting {
+	const char *key;	/* file key; the variable is SOFTVERBS_<KEY> */
+	bool (*apply)(const char *val);
+	const char *accepted;
+};
+
+static bool set_devices(const char *v)
+{
+	unsigned long n;
+
+	if (!parse_uint(v, SV_MAX_DEVICES, &n))
+		return false;
+	cfg.num_devices = (int)n;
+	return true;
+}
+
+static bool set_device_name(const char *v)
+{
+	size_t n = strlen(v);
+
+	if (n == 0 || n >= sizeof(cfg.dev_prefix) - 2)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!isalnum((unsigned char)v[i]) && v[i] != '_' && v[i] != '-')
+			return false;
+	memcpy(cfg.dev_prefix, v, n + 1);
+	return true;
+}
+
+static bool set_link(const char *v)
+{
+	if (!strcasecmp(v, "ib") || !strcasecmp(v, "infiniband"))
+		cfg.link = SV_LINK_IB;
+	else if (!strcasecmp(v, "roce") || !strcasecmp(v, "ethernet") || !strcasecmp(v, "eth"))
+		cfg.link = SV_LINK_ROCE;
+	else
+		return false;
+	return true;
+}
+
+static bool set_mtu(const char *v)
+{
+	static const struct { unsigned bytes; enum ibv_mtu mtu; } mtus[] = {
+		{ 256, IBV_MTU_256 }, { 512, IBV_MTU_512 }, { 1024, IBV_MTU_1024 },
+		{ 2048, IBV_MTU_2048 }, { 4096, IBV_MTU_4096 },
+	};
+	unsigned long n;
+
+	if (!parse_uint(v, 4096, &n))
+		return false;
+	for (size_t i = 0; i < SV_ARRAY_SIZE(mtus); i++)
+		if (mtus[i].bytes == n)
+			return cfg.active_mtu = mtus[i].mtu, true;
+	return false;
+}
+
+static bool set_part_id(const char *v)
+{
+	unsigned long n;
+
+	if (!parse_uint(v, UINT32_MAX, &n))
+		return false;
+	cfg.vendor_part_id = (uint32_t)n;
+	return true;
+}
+
+static bool set_lid(const char *v)
+{
+	unsigned long n;
+
+	if (!parse_uint(v, SV_LID_MAX_UNICAST, &n) || n == 0)
+		return false;
+	cfg.lid = (uint16_t)n;
+	return true;
+}
+
+static bool set_explain(const char *v)
+{
+	return parse_bool(v, &cfg.explain);
+}
+
+static bool set_log(const char *v)
+{
+	int l = sv_parse_log_level(v);
+
+	if (l < 0)
+		return false;
+	cfg.log_level = l;
+	return true;
+}
+
+static bool set_registry(const char *v)
+{
+	size_t n = strlen(v);
+
+	if (n == 0 || n >= sizeof(cfg.registry) || strchr(v, '/'))
+		return false;
+	memcpy(cfg.registry, v, n + 1);
+	return true;
+}
+
+static const struct setting settings[] = {
+	{ "devices", set_devices, "0..8" },
+	{ "device_name", set_device_name, "letters, digits, '_' or '-', under 30 characters" },
+	{ "link_layer", set_link, "ib or roce" },
+	{ "mtu", set_mtu, "256, 512, 1024, 2048 or 4096" },
+	{ "vendor_part_id", set_part_id, "a 32-bit number" },
+	{ "lid", set_lid, "1..0xbfff" },
+	{ "explain", set_explain, "0/1, yes/no, true/false, on/off" },
+	{ "log", set_log, "none, error, warn, info, debug or 0..4" },
+	{ "registry", set_registry, "a /dev/shm file name without '/'" },
+};
+
+static void apply(const char *where, const char *key, const char *val)
+{
+	for (size_t i = 0; i < SV_ARRAY_SIZE(settings); i++) {
+		if (strcasecmp(settings[i].key, key))
+			continue;
+		if (!settings[i].apply(val))
+			bad_value(where, key, val, settings[i].accepted);
+		return;
+	}
+	fprintf(stderr, "softverbs: %s: unknown setting \"%s\" ignored\n", where, key);
+}
+
+static char *trim(char *s)
+{
+	while (isspace((unsigned char)*s))
+		s++;
+	char *e = s + strlen(s);
+	while (e > s && isspace((unsigned char)e[-1]))
+		*--e = 0;
+	return s;
+}
+
+static void read_file(const char *path, bool must_exist)
+{
+	FILE *f = fopen(path, "re");
+	char line[512];
+	int lineno = 0;
+
+	if (!f) {
+		if (must_exist)
+			fprintf(stderr, "softverbs: SOFTVERBS_CONFIG=%s: %s\n", path, strerror(errno));
+		return;
+	}
+	snprintf(cfg.source, sizeof(cfg.source), "%s", path);
+	while (fgets(line, sizeof(line), f)) {
+		char where[300], *s = trim(line), *eq;
+
+		lineno++;
+		if (!*s || *s == '#')
+			continue;
+		snprintf(where, sizeof(where), "%s:%d", path, lineno);
+		eq = strchr(s, '=');
+		if (!eq) {
+			fprintf(stderr, "softverbs: %s: expected \"key = value\"\n", where);
+			continue;
+		}
+		*eq = 0;
+		apply(where, trim(s), trim(eq + 1));
+	}
+	fclose(f);
+}
+
+static void load(void)
+{
+	const char *p, *home;
+	char path[256];
+
+	cfg = (struct sv_config){
+		.num_devices = 1,
+		.dev_prefix = "softverbs",
+		.link = SV_LINK_IB,
+		.active_mtu = IBV_MTU_4096,
+		.vendor_part_id = SV_VENDOR_PART_ID,
+		.log_level = SV_LOG_WARN,
+	};
+
+	p = getenv("SOFTVERBS_CONFIG");
+	if (p && *p) {
+		read_file(p, true);
+	} else {
+		home = getenv("HOME");
+		if (home && snprintf(path, sizeof(path), "%s/.config/softverbs.conf", home) < (int)sizeof(path))
+			read_file(path, false);
+		if (!cfg.source[0])
+			read_file("/etc/softverbs.conf", false);
+	}
+
+	for (size_t i = 0; i < SV_ARRAY_SIZE(settings); i++) {
+		char var[64];
+
+		snprintf(var, sizeof(var), "SOFTVERBS_%s", settings[i].key);
+		for (char *c = var; *c; c++)
+			*c = (char)toupper((unsigned char)*c);
+		p = getenv(var);
+		if (p)
+			apply(var, settings[i].key, p);
+	}
+}
+
+const struct sv_config *sv_config(void)
+{
+	pthread_once(&cfg_once, load);
+	return &cfg;
+}

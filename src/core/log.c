@@ -1,0 +1,94 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Leveled logs and explain mode.  Everything goes to stderr as whole lines
+ * written with one write(2), so lines from several threads or processes
+ * never interleave.  The library never writes to stdout: applications such
+ * as perftest print their reports there.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "../sv.h"
+
+static const char *const level_name[] = {
+	[SV_LOG_NONE] = "none", [SV_LOG_ERROR] = "error", [SV_LOG_WARN] = "warn",
+	[SV_LOG_INFO] = "info", [SV_LOG_DEBUG] = "debug",
+};
+
+int sv_parse_log_level(const char *s)
+{
+	for (size_t i = 0; i < SV_ARRAY_SIZE(level_name); i++)
+		if (!strcasecmp(s, level_name[i]) || (s[0] == (char)('0' + i) && !s[1]))
+			return (int)i;
+	return -1;
+}
+
+static void emit(const char *prefix, const char *fmt, va_list ap)
+{
+	char line[1024];
+	int n = snprintf(line, sizeof(line), "softverbs[%d]: %s", (int)getpid(), prefix);
+
+	if (n < 0)
+		return;
+	int m = vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
+	if (m < 0)
+		return;
+	n += m;
+	if (n > (int)sizeof(line) - 2)
+		n = (int)sizeof(line) - 2;
+	line[n++] = '\n';
+	/* A failed diagnostic write has nowhere better to go. */
+	ssize_t w = write(STDERR_FILENO, line, (size_t)n);
+	(void)w;
+}
+
+void sv_log(enum sv_log_level lvl, const char *fmt, ...)
+{
+	char prefix[16];
+	va_list ap;
+	int saved = errno;
+
+	if ((int)lvl > sv_config()->log_level)
+		return;
+	snprintf(prefix, sizeof(prefix), "%s: ", level_name[lvl]);
+	va_start(ap, fmt);
+	emit(prefix, fmt, ap);
+	va_end(ap);
+	errno = saved;
+}
+
+static void explain(int err, const char *verb, const char *fmt, va_list ap)
+{
+	char prefix[160];
+
+	if (!sv_config()->explain && sv_config()->log_level < SV_LOG_DEBUG)
+		return;
+	snprintf(prefix, sizeof(prefix), "%s failed (%s): ", verb, sv_errno_name(err));
+	emit(prefix, fmt, ap);
+}
+
+int sv_fail(int err, const char *verb, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	explain(err, verb, fmt, ap);
+	va_end(ap);
+	errno = err;
+	return err;
+}
+
+void *sv_fail_null(int err, const char *verb, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	explain(err, verb, fmt, ap);
+	va_end(ap);
+	errno = err;
+	return NULL;
+}

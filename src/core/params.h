@@ -1,0 +1,76 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Every device and port limit softverbs reports, in one place.
+ *
+ * ibv_query_device, ibv_query_port and every validation in the verbs layer
+ * read these names, so a limit changes here and nowhere else.  The values
+ * are chosen to look like a real RoCE/IB HCA (rxe's rxe_param.h is the
+ * model) while keeping the per-process memory of a maximal resource request
+ * bounded: a soft device pays for queue depth in host memory.
+ */
+#ifndef SV_PARAMS_H
+#define SV_PARAMS_H
+
+#include <stdint.h>
+
+#define SV_VERSION_STRING	"0.1.0"
+#define SV_FW_VER		"0.1.0"
+
+/* The vendor id rxe reports (RXE_VENDOR_ID): nonzero, as consumers check,
+ * and no real vendor's, so perftest classes the device as UNKNOWN and
+ * drives it through ibv_post_send, the path every RDMA program can use. */
+#define SV_VENDOR_ID		0xffffff
+#define SV_VENDOR_PART_ID	0
+#define SV_HW_VER		1
+
+#define SV_MAX_DEVICES		8
+#define SV_NUM_PORTS		1
+#define SV_PORT			1
+
+#define SV_MAX_MR_SIZE		UINT64_MAX	/* nothing is pinned */
+#define SV_PAGE_SIZE_CAP	0xfffff000u	/* 4 KiB and every larger page */
+#define SV_MAX_QP		16384	/* per context */
+#define SV_MAX_QP_WR		16384
+#define SV_MAX_SGE		32
+#define SV_MAX_SGE_RD		32
+#define SV_MAX_INLINE_DATA	256
+#define SV_MAX_CQ		16384
+#define SV_MAX_CQE		65536
+#define SV_MAX_MR		65536
+#define SV_MAX_PD		65536
+#define SV_MAX_QP_RD_ATOM	128
+#define SV_MAX_QP_INIT_RD_ATOM	128
+#define SV_MAX_RES_RD_ATOM	(SV_MAX_QP_RD_ATOM * SV_MAX_QP)
+#define SV_MAX_AH		65536
+#define SV_MAX_SRQ		16384
+#define SV_MAX_SRQ_WR		16384
+#define SV_MAX_SRQ_SGE		32
+#define SV_MAX_PKEYS		1
+#define SV_LOCAL_CA_ACK_DELAY	15
+#define SV_NUM_COMP_VECTORS	1
+
+#define SV_MAX_MSG_SZ		(1u << 31)	/* 2 GiB */
+#define SV_GID_TBL_LEN		16
+#define SV_PKEY_TBL_LEN		SV_MAX_PKEYS
+#define SV_DEFAULT_PKEY		0xffff
+#define SV_MAX_MTU		IBV_MTU_4096
+#define SV_QKEY_MASK		0xffffffffu
+#define SV_PSN_MASK		0xffffffu
+#define SV_QPN_MASK		0xffffffu
+
+/* Completion timestamps are CLOCK_MONOTONIC nanoseconds: a 1 GHz clock. */
+#define SV_HCA_CORE_CLOCK_KHZ	1000000ull
+
+/* Host registry: QPNs are allocated host-wide from this range. QPN 0 and 1
+ * are the IB special QPs (SMI/GSI), so allocation starts above them. */
+#define SV_QPN_BASE		0x11
+#define SV_HOST_MAX_QP		65536
+#define SV_HOST_MAX_ENDPOINTS	4096
+
+/* IB unicast LIDs are 0x0001..0xbfff (IBA 4.1.3). */
+#define SV_LID_MAX_UNICAST	0xbfff
+
+/* The IBTA IB subnet prefix for link-local GIDs. */
+#define SV_GID_PREFIX		0xfe80000000000000ull
+
+#endif

@@ -1,0 +1,490 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The host registry: one shared region per user in /dev/shm that every
+ * softverbs process maps.  It holds the host-wide QPN allocation, the
+ * ports' LIDs and the endpoint table (which process owns which QPNs).
+ *
+ * Layout: a header with magic, version and the offsets of the two tables,
+ * computed in one place (layout()), then the endpoint table and the QPN
+ * table.  Initialisation happens under flock(), which the kernel releases
+ * if the initialiser dies; `ready` is stored last with release semantics
+ * and read with acquire by every later opener.
+ *
+ * Mutation happens under a robust, process-shared mutex.  If its holder
+ * dies, the next locker gets EOWNERDEAD and runs a sweep, which rebuilds
+ * every invariant from facts that cannot be half-written: an endpoint is
+ * owned by (pid, start time) and a QPN by an endpoint index.  Each update
+ * writes the owner's identity before the field that makes the entry count
+ * (state or owner), so a writer killed between two stores leaves either a
+ * free entry or one owned by a dead process, which the sweep frees.
+ *
+ * A process is identified by pid plus its start time from /proc/PID/stat,
+ * so a recycled pid is not mistaken for the process that died.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../sv.h"
+
+#define REG_MAGIC	0x47525653u	/* "SVRG" */
+#define REG_VERSION	1u
+
+struct reg_ep {
+	_Atomic uint32_t state;		/* enum sv_reg_ep_state */
+	int32_t pid;
+	uint64_t start_time;
+	uint32_t dev_index;
+	uint32_t nqps;
+};
+
+struct reg_qpn {
+	_Atomic uint32_t owner;		/* endpoint index + 1; 0 = free */
+	uint8_t qp_type;
+	_Atomic uint8_t state;		/* informational, for `softverbs status` */
+	uint16_t pad;
+};
+
+struct reg_hdr {
+	uint32_t magic, version;
+	uint64_t size;
+	uint32_t off_eps, n_eps;
+	uint32_t off_qpns, n_qpns;
+	pthread_mutex_t lock;		/* robust, process-shared */
+	uint32_t qpn_cursor;		/* next QPN index to try */
+	uint16_t lid[SV_MAX_DEVICES];
+	_Atomic uint32_t ready;		/* stored last (release) */
+};
+
+static struct reg_hdr *reg;
+static char reg_path[192];
+static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static size_t layout(struct reg_hdr *h)
+{
+	size_t off = (sizeof(*h) + 63) & ~(size_t)63;
+
+	h->n_eps = SV_HOST_MAX_ENDPOINTS;
+	h->off_eps = (uint32_t)off;
+	off += h->n_eps * sizeof(struct reg_ep);
+	off = (off + 63) & ~(size_t)63;
+	h->n_qpns = SV_HOST_MAX_QP;
+	h->off_qpns = (uint32_t)off;
+	off += h->n_qpns * sizeof(struct reg_qpn);
+	return (off + 4095) & ~(size_t)4095;
+}
+
+static struct reg_ep *eps(void)
+{
+	return (struct reg_ep *)((char *)reg + reg->off_eps);
+}
+
+static struct reg_qpn *qpns(void)
+{
+	return (struct reg_qpn *)((char *)reg + reg->off_qpns);
+}
+
+uint64_t sv_proc_start_time(int32_t pid)
+{
+	char path[64], buf[1024];
+	unsigned long long st = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = 0;
+	/* The command name may contain spaces and ')': fields restart after
+	 * the last ')'.  Field 22 (starttime) is the 20th after it. */
+	char *p = strrchr(buf, ')');
+	if (!p)
+		return 0;
+	p++;
+	for (int field = 3; field < 22 && p; field++)
+		p = strchr(p + 1, ' ');
+	if (!p || sscanf(p, " %llu", &st) != 1)
+		return 0;
+	return st ? st : 1;
+}
+
+bool sv_proc_alive(int32_t pid, uint64_t start_time)
+{
+	uint64_t st = sv_proc_start_time(pid);
+
+	/* /proc/PID/stat of a zombie still exists; a zombie holds nothing. */
+	if (!st)
+		return false;
+	char path[64], state = 0, buf[512];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "re");
+	if (f) {
+		if (fgets(buf, sizeof(buf), f)) {
+			char *p = strrchr(buf, ')');
+			if (p && p[1] == ' ')
+				state = p[2];
+		}
+		fclose(f);
+	}
+	return st == start_time && state != 'Z' && state != 'X';
+}
+
+/* Frees every entry whose owner is gone.  Caller holds reg->lock. */
+static int sweep_locked(void)
+{
+	struct reg_ep *ep = eps();
+	struct reg_qpn *q = qpns();
+	int freed = 0;
+
+	for (uint32_t i = 0; i < reg->n_eps; i++) {
+		if (atomic_load_explicit(&ep[i].state, memory_order_relaxed) != SV_EP_LIVE)
+			continue;
+		if (sv_proc_alive(ep[i].pid, ep[i].start_time))
+			continue;
+		atomic_store_explicit(&ep[i].state, SV_EP_FREE, memory_order_relaxed);
+		freed++;
+	}
+	/* QPNs whose endpoint is free, including ones an allocator wrote just
+	 * before dying, go back to the pool; nqps is recounted from scratch. */
+	for (uint32_t i = 0; i < reg->n_eps; i++)
+		ep[i].nqps = 0;
+	for (uint32_t i = 0; i < reg->n_qpns; i++) {
+		uint32_t o = atomic_load_explicit(&q[i].owner, memory_order_relaxed);
+
+		if (!o)
+			continue;
+		if (o > reg->n_eps ||
+		    atomic_load_explicit(&ep[o - 1].state, memory_order_relaxed) != SV_EP_LIVE) {
+			atomic_store_explicit(&q[i].owner, 0, memory_order_relaxed);
+			freed++;
+		} else {
+			ep[o - 1].nqps++;
+		}
+	}
+	return freed;
+}
+
+static void reg_lock(void)
+{
+	int r = pthread_mutex_lock(&reg->lock);
+
+	if (r == EOWNERDEAD) {
+		/* The previous holder died mid-update: rebuild, then mark the
+		 * mutex consistent so it stays usable. */
+		sv_warn("host registry %s: a process died holding its lock; reclaiming", reg_path);
+		sweep_locked();
+		pthread_mutex_consistent(&reg->lock);
+	}
+}
+
+static void reg_unlock(void)
+{
+	pthread_mutex_unlock(&reg->lock);
+}
+
+static uint16_t derive_lid(unsigned dev)
+{
+	const struct sv_config *c = sv_config();
+	char host[256] = "";
+	uint32_t h = 2166136261u;	/* FNV-1a of the machine id, else the host name */
+	FILE *f = fopen("/etc/machine-id", "re");
+
+	if (c->lid)
+		return (uint16_t)(c->lid + dev > SV_LID_MAX_UNICAST ? c->lid : c->lid + dev);
+	if (!f || !fgets(host, sizeof(host), f))
+		gethostname(host, sizeof(host) - 1);
+	if (f)
+		fclose(f);
+	for (const char *p = host; *p && *p != '\n'; p++)
+		h = (h ^ (uint8_t)*p) * 16777619u;
+	/* Leave room above for the other devices of this host. */
+	return (uint16_t)(1 + (h + dev) % (SV_LID_MAX_UNICAST - SV_MAX_DEVICES));
+}
+
+static int init_region(int fd, struct stat *st)
+{
+	struct reg_hdr tmp;
+	size_t size = layout(&tmp);
+	pthread_mutexattr_t ma;
+
+	if (st->st_size != 0 && (size_t)st->st_size != size) {
+		/* A registry of another layout: only a different version of
+		 * softverbs makes one.  Say so rather than corrupt it. */
+		return EPROTO;
+	}
+	if (st->st_size == 0 && ftruncate(fd, (off_t)size))
+		return errno;
+	void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (m == MAP_FAILED)
+		return errno;
+	reg = m;
+	if (atomic_load_explicit(&reg->ready, memory_order_acquire)) {
+		if (reg->magic != REG_MAGIC || reg->version != REG_VERSION) {
+			munmap(m, size);
+			reg = NULL;
+			return EPROTO;
+		}
+		return 0;
+	}
+	/* We hold the flock and nobody has published: (re)initialise.  A
+	 * creator that died before `ready` left a region we may overwrite. */
+	memset(m, 0, size);
+	layout(reg);
+	reg->size = size;
+	pthread_mutexattr_init(&ma);
+	pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED);
+	pthread_mutexattr_setrobust(&ma, PTHREAD_MUTEX_ROBUST);
+	pthread_mutex_init(&reg->lock, &ma);
+	pthread_mutexattr_destroy(&ma);
+	for (unsigned d = 0; d < SV_MAX_DEVICES; d++)
+		reg->lid[d] = derive_lid(d);
+	reg->magic = REG_MAGIC;
+	reg->version = REG_VERSION;
+	/* Pairs with the acquire load above in every later opener. */
+	atomic_store_explicit(&reg->ready, 1, memory_order_release);
+	return 0;
+}
+
+int sv_reg_open(void)
+{
+	const struct sv_config *c = sv_config();
+	struct stat st;
+	int ret = 0;
+
+	pthread_mutex_lock(&open_lock);
+	if (reg)
+		goto out;
+	if (c->registry[0])
+		snprintf(reg_path, sizeof(reg_path), "/dev/shm/%s", c->registry);
+	else
+		snprintf(reg_path, sizeof(reg_path), "/dev/shm/softverbs-%u.registry",
+			 (unsigned)getuid());
+	int fd = open(reg_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		ret = errno;
+		goto out;
+	}
+	if (flock(fd, LOCK_EX)) {
+		ret = errno;
+	} else {
+		ret = fstat(fd, &st) ? errno : init_region(fd, &st);
+		flock(fd, LOCK_UN);
+	}
+	close(fd);
+out:
+	pthread_mutex_unlock(&open_lock);
+	if (ret == EPROTO)
+		sv_log(SV_LOG_ERROR, "host registry %s was made by another softverbs version; "
+		       "stop its users and remove it", reg_path);
+	else if (ret)
+		sv_log(SV_LOG_ERROR, "host registry %s: %s", reg_path, strerror(ret));
+	return ret;
+}
+
+const char *sv_reg_path(void)
+{
+	return reg_path;
+}
+
+uint16_t sv_reg_lid(unsigned dev)
+{
+	if (sv_reg_open() || dev >= SV_MAX_DEVICES)
+		return 0;
+	return reg->lid[dev];
+}
+
+int sv_reg_ep_attach(unsigned dev_index, uint32_t *out)
+{
+	int32_t pid = getpid();
+	uint64_t st = sv_proc_start_time(pid);
+	int ret = sv_reg_open();
+
+	if (ret)
+		return ret;
+	reg_lock();
+	/* A newcomer pays for the dead: stale entries never accumulate. */
+	sweep_locked();
+	ret = ENOSPC;
+	for (uint32_t i = 0; i < reg->n_eps; i++) {
+		struct reg_ep *ep = &eps()[i];
+
+		if (atomic_load_explicit(&ep->state, memory_order_relaxed) != SV_EP_FREE)
+			continue;
+		ep->pid = pid;
+		ep->start_time = st;
+		ep->dev_index = dev_index;
+		ep->nqps = 0;
+		/* Identity first, then LIVE: see the file comment. */
+		atomic_store_explicit(&ep->state, SV_EP_LIVE, memory_order_release);
+		*out = i;
+		ret = 0;
+		break;
+	}
+	reg_unlock();
+	return ret;
+}
+
+void sv_reg_ep_detach(uint32_t idx)
+{
+	if (!reg || idx >= reg->n_eps)
+		return;
+	reg_lock();
+	for (uint32_t i = 0; i < reg->n_qpns; i++)
+		if (atomic_load_explicit(&qpns()[i].owner, memory_order_relaxed) == idx + 1)
+			atomic_store_explicit(&qpns()[i].owner, 0, memory_order_relaxed);
+	atomic_store_explicit(&eps()[idx].state, SV_EP_FREE, memory_order_release);
+	reg_unlock();
+}
+
+int sv_reg_qpn_alloc(uint32_t ep, enum ibv_qp_type type, uint32_t *qpn)
+{
+	int ret = ENOSPC;
+
+	if (!reg || ep >= reg->n_eps)
+		return EINVAL;
+	reg_lock();
+	for (int pass = 0; pass < 2 && ret; pass++) {
+		/* Round-robin from the cursor, so a just-freed QPN is the last
+		 * to be reused, as on hardware. */
+		for (uint32_t n = 0; n < reg->n_qpns; n++) {
+			uint32_t i = (reg->qpn_cursor + n) % reg->n_qpns;
+			struct reg_qpn *q = &qpns()[i];
+
+			if (atomic_load_explicit(&q->owner, memory_order_relaxed))
+				continue;
+			q->qp_type = (uint8_t)type;
+			atomic_store_explicit(&q->state, IBV_QPS_RESET, memory_order_relaxed);
+			atomic_store_explicit(&q->owner, ep + 1, memory_order_release);
+			eps()[ep].nqps++;
+			reg->qpn_cursor = (i + 1) % reg->n_qpns;
+			*qpn = SV_QPN_BASE + i;
+			ret = 0;
+			break;
+		}
+		if (ret && !sweep_locked())
+			break;
+	}
+	reg_unlock();
+	return ret;
+}
+
+void sv_reg_qpn_free(uint32_t qpn)
+{
+	uint32_t i = qpn - SV_QPN_BASE;
+
+	if (!reg || qpn < SV_QPN_BASE || i >= reg->n_qpns)
+		return;
+	reg_lock();
+	uint32_t o = atomic_load_explicit(&qpns()[i].owner, memory_order_relaxed);
+	if (o && o <= reg->n_eps && eps()[o - 1].nqps)
+		eps()[o - 1].nqps--;
+	atomic_store_explicit(&qpns()[i].owner, 0, memory_order_release);
+	reg_unlock();
+}
+
+void sv_reg_qpn_set_state(uint32_t qpn, enum ibv_qp_state state)
+{
+	uint32_t i = qpn - SV_QPN_BASE;
+
+	/* Read only by `softverbs status`; no lock, relaxed is enough. */
+	if (reg && qpn >= SV_QPN_BASE && i < reg->n_qpns)
+		atomic_store_explicit(&qpns()[i].state, (uint8_t)state, memory_order_relaxed);
+}
+
+int sv_reg_sweep(void)
+{
+	int n;
+
+	if (sv_reg_open())
+		return -1;
+	reg_lock();
+	n = sweep_locked();
+	reg_unlock();
+	return n;
+}
+
+int sv_reg_list_eps(struct sv_reg_ep_info *out, int max)
+{
+	int n = 0;
+
+	if (sv_reg_open())
+		return -1;
+	reg_lock();
+	for (uint32_t i = 0; i < reg->n_eps && n < max; i++) {
+		struct reg_ep *ep = &eps()[i];
+
+		if (atomic_load_explicit(&ep->state, memory_order_relaxed) != SV_EP_LIVE)
+			continue;
+		out[n++] = (struct sv_reg_ep_info){ i, ep->pid, ep->start_time,
+						    ep->dev_index, ep->nqps };
+	}
+	reg_unlock();
+	return n;
+}
+
+int sv_reg_list_qps(struct sv_reg_qp_info *out, int max)
+{
+	int n = 0;
+
+	if (sv_reg_open())
+		return -1;
+	reg_lock();
+	for (uint32_t i = 0; i < reg->n_qpns && n < max; i++) {
+		struct reg_qpn *q = &qpns()[i];
+		uint32_t o = atomic_load_explicit(&q->owner, memory_order_relaxed);
+
+		if (!o || o > reg->n_eps)
+			continue;
+		out[n++] = (struct sv_reg_qp_info){
+			SV_QPN_BASE + i, o - 1, eps()[o - 1].pid, q->qp_type,
+			atomic_load_explicit(&q->state, memory_order_relaxed) };
+	}
+	reg_unlock();
+	return n;
+}
+
+const char *sv_reg_check(void)
+{
+	static char why[160];
+	const char *ret = NULL;
+
+	if (sv_reg_open())
+		return "cannot open the registry";
+	reg_lock();
+	uint32_t *count = calloc(reg->n_eps, sizeof(*count));
+	for (uint32_t i = 0; count && i < reg->n_qpns && !ret; i++) {
+		uint32_t o = atomic_load_explicit(&qpns()[i].owner, memory_order_relaxed);
+
+		if (!o)
+			continue;
+		if (o > reg->n_eps || eps()[o - 1].state != SV_EP_LIVE) {
+			snprintf(why, sizeof(why), "QPN 0x%x is owned by free endpoint %u",
+				 SV_QPN_BASE + i, o - 1);
+			ret = why;
+		} else {
+			count[o - 1]++;
+		}
+	}
+	for (uint32_t i = 0; count && i < reg->n_eps && !ret; i++) {
+		if (eps()[i].state == SV_EP_LIVE && eps()[i].nqps != count[i]) {
+			snprintf(why, sizeof(why), "endpoint %u counts %u QPNs but owns %u",
+				 i, eps()[i].nqps, count[i]);
+			ret = why;
+		}
+	}
+	if (!count)
+		ret = "out of memory";
+	free(count);
+	reg_unlock();
+	return ret;
+}

@@ -1,0 +1,373 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * softverbs internal interfaces, grouped by the file that implements them.
+ *
+ * The public surface is <infiniband/verbs.h> from Debian's libibverbs-dev;
+ * nothing here is visible to applications.  Every verbs object below starts
+ * with the ibv_* struct an application holds a pointer to, so the
+ * conversion is a cast (container_of at offset 0) and the layout contract
+ * of rdma-core 44 (reference/abi.md §2) holds.
+ */
+#ifndef SV_H
+#define SV_H
+
+#include <infiniband/verbs.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/params.h"
+
+#define SV_EXPORT __attribute__((visibility("default")))
+#define SV_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define SV_PRINTF(f, a) __attribute__((format(printf, f, a)))
+
+/* Not in the installed headers: rdma-core 44 libibverbs/driver.h:130. */
+enum ibv_gid_type_sysfs {
+	IBV_GID_TYPE_SYSFS_IB_ROCE_V1,
+	IBV_GID_TYPE_SYSFS_ROCE_V2,
+};
+
+/* Exported, but declared only in rdma-core's driver.h (not installed). */
+const char *ibv_get_sysfs_path(void);
+int ibv_read_sysfs_file(const char *dir, const char *file, char *buf, size_t size);
+int ibv_read_ibdev_sysfs_file(char *buf, size_t size, void *sysfs_dev, const char *fnfmt, ...);
+int ibv_query_gid_type(struct ibv_context *ctx, uint8_t port, unsigned int index,
+		       enum ibv_gid_type_sysfs *type);
+
+/* ------------------------------------------------------------------ */
+/* core/config.c: settings from the environment and the config file   */
+
+enum sv_link { SV_LINK_IB, SV_LINK_ROCE };
+
+struct sv_config {
+	int num_devices;		/* SOFTVERBS_DEVICES */
+	char dev_prefix[32];		/* SOFTVERBS_DEVICE_NAME */
+	enum sv_link link;		/* SOFTVERBS_LINK_LAYER */
+	enum ibv_mtu active_mtu;	/* SOFTVERBS_MTU */
+	uint32_t vendor_part_id;	/* SOFTVERBS_VENDOR_PART_ID */
+	uint16_t lid;			/* SOFTVERBS_LID, 0 = derive */
+	int explain;			/* SOFTVERBS_EXPLAIN */
+	int log_level;			/* SOFTVERBS_LOG */
+	char registry[128];		/* SOFTVERBS_REGISTRY */
+	char source[256];		/* config file that was read, or "" */
+};
+
+const struct sv_config *sv_config(void);
+
+/* ------------------------------------------------------------------ */
+/* core/log.c: leveled logs and explain mode, stderr only              */
+
+enum sv_log_level { SV_LOG_NONE, SV_LOG_ERROR, SV_LOG_WARN, SV_LOG_INFO, SV_LOG_DEBUG };
+
+void sv_log(enum sv_log_level lvl, const char *fmt, ...) SV_PRINTF(2, 3);
+/* A failed verb: sets errno, prints one explain line when enabled, and
+ * returns err.  The message names the object, the cause and the fix. */
+int sv_fail(int err, const char *verb, const char *fmt, ...) SV_PRINTF(3, 4);
+void *sv_fail_null(int err, const char *verb, const char *fmt, ...) SV_PRINTF(3, 4);
+int sv_parse_log_level(const char *s);
+
+#define sv_dbg(...)  sv_log(SV_LOG_DEBUG, __VA_ARGS__)
+#define sv_warn(...) sv_log(SV_LOG_WARN, __VA_ARGS__)
+
+/* ------------------------------------------------------------------ */
+/* core/handles.c: the set of live objects                             */
+
+/*
+ * Every object a verb hands out is recorded here until it is destroyed, so
+ * a destroy of a destroyed object, or an object of another context, is
+ * answered with EINVAL instead of a use-after-free.  Only the control
+ * plane consults it; the data path never does.
+ */
+enum sv_obj_type {
+	SV_OBJ_CONTEXT = 1, SV_OBJ_PD, SV_OBJ_MR, SV_OBJ_CQ, SV_OBJ_CHANNEL,
+	SV_OBJ_SRQ, SV_OBJ_QP, SV_OBJ_AH,
+};
+
+int sv_obj_add(void *obj, enum sv_obj_type type, struct ibv_context *ctx);
+bool sv_obj_live(const void *obj, enum sv_obj_type type);
+/* Removes obj if it is live with this type; false if it was not. */
+bool sv_obj_del(const void *obj, enum sv_obj_type type);
+/* Calls fn for every live object of ctx with the given type. */
+void sv_obj_foreach(struct ibv_context *ctx, enum sv_obj_type type,
+		    void (*fn)(void *obj, void *arg), void *arg);
+const char *sv_obj_type_name(enum sv_obj_type type);
+
+/* ------------------------------------------------------------------ */
+/* core/keys.c: index + key-byte tables (lkey/rkey)                    */
+
+/*
+ * A key is (index << 8) | key byte.  The key byte changes every time a slot
+ * is reused and freed slots are reused oldest-first, so a stale key misses
+ * (the scheme of rxe_pool.c).
+ */
+struct sv_key_slot {
+	void *obj;
+	uint32_t next_free;
+	uint8_t key;
+};
+
+struct sv_keytab {
+	pthread_mutex_t lock;
+	struct sv_key_slot *slots;
+	uint32_t cap, max, used;
+	uint32_t free_head, free_tail;	/* FIFO of free indices, 0 = none */
+};
+
+int sv_keytab_init(struct sv_keytab *t, uint32_t max);
+void sv_keytab_destroy(struct sv_keytab *t);
+/* Returns 0 and the new key, or ENOMEM when the table is full. */
+int sv_keytab_alloc(struct sv_keytab *t, void *obj, uint32_t *key);
+void sv_keytab_free(struct sv_keytab *t, uint32_t key);
+void *sv_keytab_lookup(struct sv_keytab *t, uint32_t key);
+
+/* ------------------------------------------------------------------ */
+/* core/registry.c: the host registry in /dev/shm                      */
+
+enum sv_reg_ep_state { SV_EP_FREE, SV_EP_LIVE };
+
+struct sv_reg_ep_info {
+	uint32_t index;
+	int32_t pid;
+	uint64_t start_time;
+	uint32_t dev_index;
+	uint32_t nqps;
+};
+
+struct sv_reg_qp_info {
+	uint32_t qpn;
+	uint32_t ep;
+	int32_t pid;
+	uint8_t qp_type;
+	uint8_t state;
+};
+
+int sv_reg_open(void);
+const char *sv_reg_path(void);
+uint16_t sv_reg_lid(unsigned dev_index);
+int sv_reg_ep_attach(unsigned dev_index, uint32_t *ep);
+void sv_reg_ep_detach(uint32_t ep);
+int sv_reg_qpn_alloc(uint32_t ep, enum ibv_qp_type type, uint32_t *qpn);
+void sv_reg_qpn_free(uint32_t qpn);
+void sv_reg_qpn_set_state(uint32_t qpn, enum ibv_qp_state state);
+/* Reclaims the entries of dead processes; returns how many. */
+int sv_reg_sweep(void);
+/* Snapshot for `softverbs status` and the tests. */
+int sv_reg_list_eps(struct sv_reg_ep_info *out, int max);
+int sv_reg_list_qps(struct sv_reg_qp_info *out, int max);
+/* Checks the registry's invariants; returns 0 or a description. */
+const char *sv_reg_check(void);
+bool sv_proc_alive(int32_t pid, uint64_t start_time);
+uint64_t sv_proc_start_time(int32_t pid);
+
+/* ------------------------------------------------------------------ */
+/* core/qp_state.c: the IBTA QP state transition table                 */
+
+struct sv_qp_transition_error {
+	int missing;		/* required bits absent */
+	int extra;		/* bits neither required nor optional */
+	int required, optional;	/* of the transition, when it is legal */
+	bool illegal;		/* no such transition for this QP type */
+	bool bad_cur_state;	/* IBV_QP_CUR_STATE disagrees */
+};
+
+bool sv_qp_type_known(enum ibv_qp_type type);
+int sv_qp_transition_check(enum ibv_qp_type type, enum ibv_qp_state cur,
+			   enum ibv_qp_state next, int mask,
+			   struct sv_qp_transition_error *why);
+/* For explanations: the next hop on the shortest legal path cur -> goal,
+ * or -1 when goal cannot be reached. */
+int sv_qp_next_hop(enum ibv_qp_type type, enum ibv_qp_state cur,
+		   enum ibv_qp_state goal);
+int sv_qp_required_mask(enum ibv_qp_type type, enum ibv_qp_state cur,
+			enum ibv_qp_state next);
+const char *sv_qp_state_name(enum ibv_qp_state s);
+const char *sv_qp_type_name(enum ibv_qp_type t);
+/* Writes "IBV_QP_AV|IBV_QP_PATH_MTU" into buf. */
+const char *sv_qp_mask_str(int mask, char *buf, size_t len);
+
+/* ------------------------------------------------------------------ */
+/* core/evq.c: an fd-backed event queue (async_fd, completion channel)  */
+
+struct sv_event {
+	void *obj;
+	int type;		/* enum ibv_event_type, or 0 for CQ events */
+	int port;
+};
+
+struct sv_evq {
+	int fd;			/* eventfd(EFD_SEMAPHORE): one count per event */
+	pthread_mutex_t lock;
+	struct sv_event *ev;
+	uint32_t cap, head, count;
+};
+
+int sv_evq_init(struct sv_evq *q);
+void sv_evq_destroy(struct sv_evq *q);
+int sv_evq_push(struct sv_evq *q, void *obj, int type, int port);
+/* Blocks (or fails with EAGAIN when fd is non-blocking) until an event. */
+int sv_evq_pop(struct sv_evq *q, struct sv_event *out);
+/* Drops the not yet retrieved events of obj; returns how many. */
+int sv_evq_forget(struct sv_evq *q, const void *obj);
+
+/* ------------------------------------------------------------------ */
+/* verbs objects                                                        */
+
+struct sv_device {
+	struct ibv_device ibdev;	/* first: applications hold &ibdev */
+	unsigned index;
+	uint64_t guid;			/* host order */
+};
+
+struct sv_context {
+	struct verbs_context vctx;	/* vctx.context is what apps hold */
+	struct sv_device *dev;
+	struct sv_evq async;		/* behind context.async_fd */
+	uint32_t ep;			/* host registry endpoint */
+	struct sv_keytab mrs;		/* lkey/rkey -> MR */
+	atomic_uint nqp, ncq, npd, nsrq, nah;
+};
+
+struct sv_pd {
+	struct ibv_pd ibpd;
+	atomic_uint users;		/* MRs, QPs, SRQs, AHs */
+};
+
+struct sv_mr {
+	struct ibv_mr ibmr;
+	struct sv_pd *pd;
+	uint64_t iova;
+	int access;
+};
+
+struct sv_channel {
+	struct ibv_comp_channel ibch;	/* ibch.refcnt counts attached CQs */
+	struct sv_evq q;
+};
+
+struct sv_cqe {
+	uint64_t wr_id;
+	uint64_t ts;
+	uint32_t status, opcode, vendor_err, byte_len;
+	uint32_t imm, qp_num, src_qp, wc_flags;
+	uint16_t pkey_index, slid;
+	uint8_t sl, dlid_path_bits;
+};
+
+struct sv_cq {
+	struct ibv_cq_ex ex;		/* ibv_cq_ex_to_cq() is a cast */
+	struct sv_channel *ch;
+	pthread_mutex_t qlock;
+	struct sv_cqe *ring;
+	uint32_t size, head, count;	/* size = ring slots */
+	uint64_t wc_flags;
+	atomic_uint users;		/* QPs using it */
+	int armed;			/* 0, IBV_SEND_SOLICITED-only 2, any 1 */
+	uint32_t comp_events_reported;	/* guarded by ex.mutex */
+	uint32_t async_events_reported;
+	struct sv_cqe *cur;		/* the entry start_poll/next_poll hold */
+};
+
+struct sv_srq {
+	struct ibv_srq ibsrq;
+	struct sv_pd *pd;
+	struct ibv_srq_attr attr;
+	atomic_uint users;		/* QPs using it */
+	uint32_t events_reported;
+};
+
+struct sv_qp {
+	struct ibv_qp_ex ex;		/* ex.qp_base is the ibv_qp */
+	bool has_ex;			/* created with SEND_OPS_FLAGS */
+	uint64_t send_ops_flags;
+	struct sv_pd *pd;
+	struct sv_cq *scq, *rcq;
+	struct sv_srq *srq;
+	struct ibv_qp_cap cap;
+	int sq_sig_all;
+	struct ibv_qp_attr attr;	/* everything modify_qp has set */
+	int attr_set;			/* the mask of attr fields ever set */
+	pthread_mutex_t lock;
+	uint32_t events_reported;
+	int wr_err;			/* ibv_wr_* batch state */
+};
+
+struct sv_ah {
+	struct ibv_ah ibah;
+	struct ibv_ah_attr attr;
+	struct sv_pd *pd;
+};
+
+static inline struct sv_context *sv_ctx(struct ibv_context *c)
+{
+	return (struct sv_context *)((char *)c - offsetof(struct verbs_context, context));
+}
+#define sv_pd(p)  ((struct sv_pd *)(p))
+#define sv_mr(p)  ((struct sv_mr *)(p))
+#define sv_cq(p)  ((struct sv_cq *)(p))
+#define sv_srq(p) ((struct sv_srq *)(p))
+#define sv_qp(p)  ((struct sv_qp *)(p))
+#define sv_ah(p)  ((struct sv_ah *)(p))
+
+/* verbs/device.c */
+struct sv_device *sv_device_get(struct ibv_device *d);
+struct sv_device *sv_device_by_name(const char *name);
+int sv_device_count(void);
+struct sv_device *sv_device_at(int i);
+void sv_port_attr(const struct sv_device *dev, struct ibv_port_attr *pa);
+void sv_device_attr(const struct sv_device *dev, struct ibv_device_attr *a);
+/* GID table: returns false for an empty or out-of-range entry. */
+bool sv_gid_entry(const struct sv_device *dev, unsigned index,
+		  union ibv_gid *gid, enum ibv_gid_type *type);
+int sv_gid_find(const struct sv_device *dev, const union ibv_gid *gid);
+bool sv_port_needs_grh(const struct sv_device *dev);
+int sv_query_device_ex(struct ibv_context *ctx,
+		       const struct ibv_query_device_ex_input *input,
+		       struct ibv_device_attr_ex *attr, size_t attr_size);
+int sv_query_port_op(struct ibv_context *ctx, uint8_t port,
+		     struct ibv_port_attr *attr, size_t attr_len);
+
+/* verbs/context.c */
+bool sv_context_live(struct ibv_context *ctx, const char *verb);
+int sv_async_event(struct ibv_context *ctx, void *obj, enum ibv_event_type type);
+
+/* verbs/pd.c */
+bool sv_pd_of(struct ibv_pd *pd, struct ibv_context *ctx, const char *verb);
+
+/* verbs/mr.c */
+int sv_mr_check_access(int access, const char **why);
+void sv_mr_release_all(struct ibv_context *ctx);
+
+/* verbs/cq.c */
+struct ibv_cq_ex *sv_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_attr_ex *attr);
+int sv_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
+int sv_req_notify_cq(struct ibv_cq *cq, int solicited_only);
+bool sv_cq_of(struct ibv_cq *cq, struct ibv_context *ctx, const char *verb, const char *role);
+void sv_cq_release(struct sv_cq *cq);
+void sv_channel_release(struct sv_channel *ch);
+
+/* verbs/srq.c */
+struct ibv_srq *sv_create_srq_ex(struct ibv_context *ctx, struct ibv_srq_init_attr_ex *attr);
+int sv_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
+int sv_get_srq_num(struct ibv_srq *srq, uint32_t *num);
+void sv_srq_release(struct sv_srq *srq);
+
+/* verbs/qp.c */
+struct ibv_qp *sv_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *attr);
+int sv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
+int sv_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
+void sv_qp_release(struct sv_qp *qp);
+
+/* verbs/ah.c */
+/* Validates an address vector against the port; 0 or EINVAL with *why. */
+int sv_ah_attr_check(const struct sv_device *dev, const struct ibv_ah_attr *ah,
+		     const char **why);
+void sv_ah_release(struct sv_ah *ah);
+
+/* verbs/strings.c */
+const char *sv_errno_name(int err);
+
+#endif

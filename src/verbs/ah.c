@@ -1,0 +1,176 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Address handles, and the address-vector checks modify_qp shares.
+ * A RoCE port needs a GRH in every address vector (IBA A16.4.3 / A17.4.5:
+ * RoCE carries no LRH, so the GID is the address).
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../sv.h"
+
+int sv_ah_attr_check(const struct sv_device *dev, const struct ibv_ah_attr *ah, const char **why)
+{
+	if (ah->port_num < 1 || ah->port_num > SV_NUM_PORTS) {
+		*why = "ah_attr.port_num must be 1";
+		return EINVAL;
+	}
+	if (ah->sl > 15) {
+		*why = "ah_attr.sl must be 0..15";
+		return EINVAL;
+	}
+	if (ah->static_rate > IBV_RATE_800_GBPS) {
+		*why = "ah_attr.static_rate is not an enum ibv_rate value";
+		return EINVAL;
+	}
+	if (!ah->is_global) {
+		if (sv_port_needs_grh(dev)) {
+			*why = "the port's link layer is Ethernet (RoCE), which needs a GRH: set "
+			       "ah_attr.is_global=1 and grh.dgid to the peer's GID";
+			return EINVAL;
+		}
+		/* IBA 4.1.3: LID 0 is reserved, it addresses nobody. */
+		if (!ah->dlid) {
+			*why = "ah_attr.dlid is 0; set it to the peer's port LID (ibv_query_port)";
+			return EINVAL;
+		}
+		return 0;
+	}
+	if (!sv_gid_entry(dev, ah->grh.sgid_index, NULL, NULL)) {
+		*why = "ah_attr.grh.sgid_index names an empty GID table entry";
+		return EINVAL;
+	}
+	static const union ibv_gid zero;
+	if (!memcmp(&ah->grh.dgid, &zero, sizeof(zero))) {
+		*why = "ah_attr.grh.dgid is all zeros; set it to the peer's GID";
+		return EINVAL;
+	}
+	return 0;
+}
+
+SV_EXPORT struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
+{
+	const char *why, *verb = "ibv_create_ah";
+	struct sv_context *c;
+	struct sv_ah *ah;
+
+	if (!sv_pd_of(pd, NULL, verb))
+		return NULL;
+	if (!attr)
+		return sv_fail_null(EINVAL, verb, "attr is NULL");
+	c = sv_ctx(pd->context);
+	int ret = sv_ah_attr_check(c->dev, attr, &why);
+	if (ret)
+		return sv_fail_null(ret, verb, "%s", why);
+	if (atomic_fetch_add(&c->nah, 1) >= SV_MAX_AH) {
+		atomic_fetch_sub(&c->nah, 1);
+		return sv_fail_null(ENOMEM, verb, "the context has max_ah=%d AHs", SV_MAX_AH);
+	}
+	ah = calloc(1, sizeof(*ah));
+	if (!ah || sv_obj_add(ah, SV_OBJ_AH, pd->context)) {
+		free(ah);
+		atomic_fetch_sub(&c->nah, 1);
+		return sv_fail_null(ENOMEM, verb, "out of memory");
+	}
+	ah->ibah.context = pd->context;
+	ah->ibah.pd = pd;
+	ah->attr = *attr;
+	ah->pd = sv_pd(pd);
+	atomic_fetch_add(&ah->pd->users, 1);
+	return &ah->ibah;
+}
+
+static void ah_free(struct sv_ah *ah)
+{
+	atomic_fetch_sub(&ah->pd->users, 1);
+	atomic_fetch_sub(&sv_ctx(ah->ibah.context)->nah, 1);
+	free(ah);
+}
+
+void sv_ah_release(struct sv_ah *ah)
+{
+	if (sv_obj_del(ah, SV_OBJ_AH))
+		ah_free(ah);
+}
+
+SV_EXPORT int ibv_destroy_ah(struct ibv_ah *ibah)
+{
+	if (!sv_obj_del(ibah, SV_OBJ_AH))
+		return sv_fail(EINVAL, "ibv_destroy_ah", "AH %p is not live", (void *)ibah);
+	ah_free(sv_ah(ibah));
+	return 0;
+}
+
+/*
+ * The GRH a UD receive buffer starts with (IBA 8.3.1).  For RoCEv2 over
+ * IPv4 its last 20 bytes hold the IPv4 header instead, which rdma-core
+ * recognises by the IP version nibble.
+ */
+static void grh_to_gids(const struct ibv_grh *grh, union ibv_gid *sgid, union ibv_gid *dgid,
+			uint32_t *flow, uint8_t *tclass, uint8_t *hops)
+{
+	const uint8_t *ip4 = (const uint8_t *)grh + 20;
+
+	if ((ip4[0] >> 4) == 4) {
+		memset(sgid, 0, sizeof(*sgid));
+		memset(dgid, 0, sizeof(*dgid));
+		sgid->raw[10] = sgid->raw[11] = dgid->raw[10] = dgid->raw[11] = 0xff;
+		memcpy(&sgid->raw[12], ip4 + 12, 4);
+		memcpy(&dgid->raw[12], ip4 + 16, 4);
+		*flow = 0;
+		*tclass = ip4[1];
+		*hops = ip4[8];
+		return;
+	}
+	uint32_t vtf = ntohl(grh->version_tclass_flow);
+	*sgid = grh->sgid;
+	*dgid = grh->dgid;
+	*flow = vtf & 0xfffff;
+	*tclass = (uint8_t)(vtf >> 20);
+	*hops = grh->hop_limit;
+}
+
+SV_EXPORT int ibv_init_ah_from_wc(struct ibv_context *ctx, uint8_t port, struct ibv_wc *wc,
+				  struct ibv_grh *grh, struct ibv_ah_attr *ah)
+{
+	const char *verb = "ibv_init_ah_from_wc";
+
+	if (!sv_context_live(ctx, verb))
+		return -1;
+	if (!wc || !ah || ((wc->wc_flags & IBV_WC_GRH) && !grh))
+		return sv_fail(EINVAL, verb, "wc, ah_attr and (with IBV_WC_GRH) grh are needed"), -1;
+	memset(ah, 0, sizeof(*ah));
+	ah->dlid = wc->slid;
+	ah->sl = wc->sl;
+	ah->src_path_bits = wc->dlid_path_bits;
+	ah->port_num = port;
+	if (!(wc->wc_flags & IBV_WC_GRH))
+		return 0;
+	union ibv_gid sgid, dgid;
+	uint8_t hops;
+	grh_to_gids(grh, &sgid, &dgid, &ah->grh.flow_label, &ah->grh.traffic_class, &hops);
+	/* The reply goes back to the sender: our GID is the packet's dgid. */
+	int idx = sv_gid_find(sv_ctx(ctx)->dev, &dgid);
+	if (idx < 0)
+		return sv_fail(EINVAL, verb, "the GRH's destination GID is not in the GID table"), -1;
+	ah->is_global = 1;
+	ah->grh.dgid = sgid;
+	ah->grh.sgid_index = (uint8_t)idx;
+	ah->grh.hop_limit = 0xff;
+	return 0;
+}
+
+SV_EXPORT struct ibv_ah *ibv_create_ah_from_wc(struct ibv_pd *pd, struct ibv_wc *wc,
+					       struct ibv_grh *grh, uint8_t port)
+{
+	struct ibv_ah_attr a;
+
+	if (!sv_pd_of(pd, NULL, "ibv_create_ah_from_wc"))
+		return NULL;
+	if (ibv_init_ah_from_wc(pd->context, port, wc, grh, &a))
+		return NULL;
+	return ibv_create_ah(pd, &a);
+}

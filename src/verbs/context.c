@@ -1,0 +1,249 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Device contexts and their asynchronous events.
+ *
+ * A context is a full struct verbs_context (rdma-core 44: 648 bytes, `sz`
+ * set, abi_compat = __VERBS_ABI_IS_EXTENDED) so that every inline helper
+ * in verbs.h reaches softverbs; reference/abi.md §2.2.  Ops left NULL make
+ * those inlines answer EOPNOTSUPP, which is the truth for them.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../sv.h"
+
+static int close_xrcd_unsupported(struct ibv_xrcd *xrcd)
+{
+	(void)xrcd;
+	/* ibv_close_xrcd() calls this without a NULL check; no XRCD can
+	 * exist yet because open_xrcd is not offered. */
+	return sv_fail(EOPNOTSUPP, "ibv_close_xrcd", "XRC domains are not supported yet");
+}
+
+static void set_ops(struct sv_context *c)
+{
+	struct verbs_context *v = &c->vctx;
+	struct ibv_context_ops *o = &v->context.ops;
+
+	o->poll_cq = sv_poll_cq;
+	o->req_notify_cq = sv_req_notify_cq;
+	o->post_send = sv_post_send;
+	o->post_recv = sv_post_recv;
+	o->post_srq_recv = sv_post_srq_recv;
+
+	v->query_port = sv_query_port_op;
+	v->query_device_ex = sv_query_device_ex;
+	v->create_cq_ex = sv_create_cq_ex;
+	v->create_qp_ex = sv_create_qp_ex;
+	v->create_srq_ex = sv_create_srq_ex;
+	v->close_xrcd = close_xrcd_unsupported;
+}
+
+bool sv_context_live(struct ibv_context *ctx, const char *verb)
+{
+	if (sv_obj_live(ctx, SV_OBJ_CONTEXT))
+		return true;
+	sv_fail(EINVAL, verb, "context %p is not an open softverbs context "
+		"(closed already, or from another library)", (void *)ctx);
+	return false;
+}
+
+SV_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
+{
+	struct sv_device *dev = sv_device_get(device);
+	struct sv_context *c;
+	int ret;
+
+	if (!dev)
+		return sv_fail_null(EINVAL, "ibv_open_device", "device %p is not a softverbs device",
+				    (void *)device);
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return sv_fail_null(ENOMEM, "ibv_open_device", "out of memory");
+	c->dev = dev;
+	c->vctx.sz = sizeof(c->vctx);
+	c->vctx.context.abi_compat = __VERBS_ABI_IS_EXTENDED;
+	c->vctx.context.device = device;
+	c->vctx.context.cmd_fd = -1;
+	c->vctx.context.num_comp_vectors = SV_NUM_COMP_VECTORS;
+	pthread_mutex_init(&c->vctx.context.mutex, NULL);
+	set_ops(c);
+
+	ret = sv_evq_init(&c->async);
+	if (ret)
+		goto out_free;
+	c->vctx.context.async_fd = c->async.fd;
+	ret = sv_keytab_init(&c->mrs, SV_MAX_MR);
+	if (ret)
+		goto out_evq;
+	ret = sv_reg_ep_attach(dev->index, &c->ep);
+	if (ret) {
+		sv_fail(ret, "ibv_open_device", "cannot join the host registry %s: %s",
+			sv_reg_path(), strerror(ret));
+		goto out_keys;
+	}
+	ret = sv_obj_add(&c->vctx.context, SV_OBJ_CONTEXT, &c->vctx.context);
+	if (ret)
+		goto out_ep;
+	/* The port is up from the start; hardware reports that as an event
+	 * too, and ibv_asyncwatch shows it. */
+	sv_async_event(&c->vctx.context, NULL, IBV_EVENT_PORT_ACTIVE);
+	sv_dbg("%s: context %p open, registry endpoint %u", device->name, (void *)c, c->ep);
+	return &c->vctx.context;
+
+out_ep:
+	sv_reg_ep_detach(c->ep);
+out_keys:
+	sv_keytab_destroy(&c->mrs);
+out_evq:
+	sv_evq_destroy(&c->async);
+out_free:
+	free(c);
+	errno = ret;
+	return NULL;
+}
+
+static void release_qp(void *o, void *a) { (void)a; sv_qp_release(o); }
+static void release_ah(void *o, void *a) { (void)a; sv_ah_release(o); }
+static void release_srq(void *o, void *a) { (void)a; sv_srq_release(o); }
+static void release_cq(void *o, void *a) { (void)a; sv_cq_release(o); }
+static void release_channel(void *o, void *a) { (void)a; sv_channel_release(o); }
+static void release_pd(void *o, void *a)
+{
+	(void)a;
+	if (sv_obj_del(o, SV_OBJ_PD))
+		free(o);
+}
+
+SV_EXPORT int ibv_close_device(struct ibv_context *ctx)
+{
+	if (!sv_obj_del(ctx, SV_OBJ_CONTEXT))
+		return sv_fail(EINVAL, "ibv_close_device", "context %p is not open", (void *)ctx), -1;
+
+	struct sv_context *c = sv_ctx(ctx);
+
+	/* As the kernel does for a closed uverbs file: whatever the program
+	 * did not destroy is destroyed now, users before what they use. */
+	sv_obj_foreach(ctx, SV_OBJ_QP, release_qp, NULL);
+	sv_obj_foreach(ctx, SV_OBJ_AH, release_ah, NULL);
+	sv_mr_release_all(ctx);
+	sv_obj_foreach(ctx, SV_OBJ_SRQ, release_srq, NULL);
+	sv_obj_foreach(ctx, SV_OBJ_CQ, release_cq, NULL);
+	sv_obj_foreach(ctx, SV_OBJ_CHANNEL, release_channel, NULL);
+	sv_obj_foreach(ctx, SV_OBJ_PD, release_pd, NULL);
+	sv_reg_ep_detach(c->ep);
+	sv_keytab_destroy(&c->mrs);
+	sv_evq_destroy(&c->async);
+	pthread_mutex_destroy(&ctx->mutex);
+	free(c);
+	return 0;
+}
+
+/* ---- asynchronous events ---- */
+
+int sv_async_event(struct ibv_context *ctx, void *obj, enum ibv_event_type type)
+{
+	struct sv_context *c = sv_ctx(ctx);
+
+	sv_dbg("async event %s on %p", ibv_event_type_str(type), obj);
+	return sv_evq_push(&c->async, obj, (int)type, SV_PORT);
+}
+
+/* Which object an event is about (IBA 11.6.3): it decides the union
+ * member filled in and which counter the destroy verb waits on. */
+enum element { EL_PORT, EL_CQ, EL_QP, EL_SRQ };
+
+static enum element element_of(enum ibv_event_type t)
+{
+	switch (t) {
+	case IBV_EVENT_CQ_ERR:
+		return EL_CQ;
+	case IBV_EVENT_QP_FATAL: case IBV_EVENT_QP_REQ_ERR: case IBV_EVENT_QP_ACCESS_ERR:
+	case IBV_EVENT_COMM_EST: case IBV_EVENT_SQ_DRAINED: case IBV_EVENT_PATH_MIG:
+	case IBV_EVENT_PATH_MIG_ERR: case IBV_EVENT_QP_LAST_WQE_REACHED:
+		return EL_QP;
+	case IBV_EVENT_SRQ_ERR: case IBV_EVENT_SRQ_LIMIT_REACHED:
+		return EL_SRQ;
+	default:
+		return EL_PORT;
+	}
+}
+
+SV_EXPORT int ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_event *event)
+{
+	struct sv_event e;
+	int ret;
+
+	if (!sv_context_live(ctx, "ibv_get_async_event"))
+		return -1;
+	if (!event)
+		return sv_fail(EINVAL, "ibv_get_async_event", "event is NULL"), -1;
+	ret = sv_evq_pop(&sv_ctx(ctx)->async, &e);
+	if (ret) {
+		errno = ret;
+		return -1;
+	}
+	memset(event, 0, sizeof(*event));
+	event->event_type = (enum ibv_event_type)e.type;
+	/* Counted under the object's mutex: its destroy verb compares the
+	 * count with the acknowledgements. */
+	switch (element_of(event->event_type)) {
+	case EL_CQ:
+		event->element.cq = e.obj;
+		pthread_mutex_lock(&event->element.cq->mutex);
+		sv_cq(e.obj)->async_events_reported++;
+		pthread_mutex_unlock(&event->element.cq->mutex);
+		break;
+	case EL_QP:
+		event->element.qp = e.obj;
+		pthread_mutex_lock(&event->element.qp->mutex);
+		sv_qp(e.obj)->events_reported++;
+		pthread_mutex_unlock(&event->element.qp->mutex);
+		break;
+	case EL_SRQ:
+		event->element.srq = e.obj;
+		pthread_mutex_lock(&event->element.srq->mutex);
+		sv_srq(e.obj)->events_reported++;
+		pthread_mutex_unlock(&event->element.srq->mutex);
+		break;
+	case EL_PORT:
+		event->element.port_num = e.port;
+		break;
+	}
+	return 0;
+}
+
+static void ack_one(pthread_mutex_t *m, pthread_cond_t *c, uint32_t *completed)
+{
+	pthread_mutex_lock(m);
+	(*completed)++;
+	pthread_cond_signal(c);
+	pthread_mutex_unlock(m);
+}
+
+SV_EXPORT void ibv_ack_async_event(struct ibv_async_event *event)
+{
+	/* Destroy verbs wait for these counts (rdma-core verbs.c), so a
+	 * program can never free an object an event still points at. */
+	switch (element_of(event->event_type)) {
+	case EL_CQ: {
+		struct ibv_cq *cq = event->element.cq;
+		ack_one(&cq->mutex, &cq->cond, &cq->async_events_completed);
+		break;
+	}
+	case EL_QP: {
+		struct ibv_qp *qp = event->element.qp;
+		ack_one(&qp->mutex, &qp->cond, &qp->events_completed);
+		break;
+	}
+	case EL_SRQ: {
+		struct ibv_srq *srq = event->element.srq;
+		ack_one(&srq->mutex, &srq->cond, &srq->events_completed);
+		break;
+	}
+	case EL_PORT:
+		break;
+	}
+}

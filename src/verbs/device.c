@@ -1,0 +1,552 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The device model: softverbs0.. (count and name configurable), each with
+ * port 1 ACTIVE.  The link layer is InfiniBand by default, with a LID from
+ * the host registry so that perftest and the pingpongs run with no flags.
+ * In RoCE mode it is Ethernet: the GID table holds RoCEv2 GIDs, the
+ * link-local one and an IPv4-mapped one per host address, and a GRH is
+ * required, as on real RoCE (IBA A16/A17, RoCEv2 annex).
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <endian.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <inttypes.h>
+#include <net/if.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../sv.h"
+
+#undef ibv_query_port
+
+struct gid_slot {
+	union ibv_gid gid;
+	enum ibv_gid_type type;
+	uint32_t ifindex;
+};
+
+static struct sv_device devices[SV_MAX_DEVICES];
+static struct gid_slot gids[SV_MAX_DEVICES][SV_GID_TBL_LEN];
+static int ndevices;
+static pthread_once_t dev_once = PTHREAD_ONCE_INIT;
+
+static uint64_t host_hash(void)
+{
+	char id[256] = "";
+	uint64_t h = 1469598103934665603ull;	/* FNV-1a 64 */
+	FILE *f = fopen("/etc/machine-id", "re");
+
+	if (!f || !fgets(id, sizeof(id), f))
+		gethostname(id, sizeof(id) - 1);
+	if (f)
+		fclose(f);
+	for (const char *p = id; *p && *p != '\n'; p++)
+		h = (h ^ (uint8_t)*p) * 1099511628211ull;
+	return h;
+}
+
+static void fill_gids(struct sv_device *d)
+{
+	struct gid_slot *g = gids[d->index];
+	struct ifaddrs *ifa, *i;
+	unsigned n = 0;
+
+	/* GID[0]: the link-local GID built from the port GUID (IBA 4.1.1). */
+	g[n].gid.global.subnet_prefix = htobe64(SV_GID_PREFIX);
+	g[n].gid.global.interface_id = htobe64(d->guid);
+	g[n].type = sv_config()->link == SV_LINK_IB ? IBV_GID_TYPE_IB : IBV_GID_TYPE_ROCE_V2;
+	n++;
+	if (sv_config()->link != SV_LINK_ROCE || getifaddrs(&ifa))
+		return;
+	/* RoCEv2 GIDs are IPv4-mapped IPv6 addresses, ::ffff:a.b.c.d. */
+	for (i = ifa; i && n < SV_GID_TBL_LEN; i = i->ifa_next) {
+		if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET)
+			continue;
+		struct sockaddr_in *sin = (struct sockaddr_in *)i->ifa_addr;
+		memset(&g[n].gid, 0, sizeof(g[n].gid));
+		g[n].gid.raw[10] = 0xff;
+		g[n].gid.raw[11] = 0xff;
+		memcpy(&g[n].gid.raw[12], &sin->sin_addr, 4);
+		g[n].type = IBV_GID_TYPE_ROCE_V2;
+		g[n].ifindex = if_nametoindex(i->ifa_name);
+		n++;
+	}
+	freeifaddrs(ifa);
+}
+
+static void init_devices(void)
+{
+	const struct sv_config *c = sv_config();
+	uint64_t h = host_hash();
+
+	ndevices = c->num_devices;
+	for (int i = 0; i < ndevices; i++) {
+		struct sv_device *d = &devices[i];
+		struct ibv_device *ib = &d->ibdev;
+
+		d->index = (unsigned)i;
+		/* A locally administered EUI-64 ("SV" in the top bytes), stable
+		 * for the host so that every process agrees on it. */
+		d->guid = 0x5356000000000000ull | ((h & 0xffffffffffull) << 8) | (uint64_t)i;
+		ib->node_type = IBV_NODE_CA;
+		ib->transport_type = IBV_TRANSPORT_IB;
+		snprintf(ib->name, sizeof(ib->name), "%s%d", c->dev_prefix, i);
+		snprintf(ib->dev_name, sizeof(ib->dev_name), "uverbs%d", i);
+		snprintf(ib->dev_path, sizeof(ib->dev_path), "/dev/infiniband/uverbs%d", i);
+		snprintf(ib->ibdev_path, sizeof(ib->ibdev_path), "/sys/class/infiniband/%s", ib->name);
+		fill_gids(d);
+	}
+}
+
+static void ensure_devices(void)
+{
+	pthread_once(&dev_once, init_devices);
+}
+
+int sv_device_count(void)
+{
+	ensure_devices();
+	return ndevices;
+}
+
+struct sv_device *sv_device_at(int i)
+{
+	ensure_devices();
+	return i >= 0 && i < ndevices ? &devices[i] : NULL;
+}
+
+struct sv_device *sv_device_get(struct ibv_device *d)
+{
+	ensure_devices();
+	for (int i = 0; i < ndevices; i++)
+		if (d == &devices[i].ibdev)
+			return &devices[i];
+	return NULL;
+}
+
+struct sv_device *sv_device_by_name(const char *name)
+{
+	ensure_devices();
+	for (int i = 0; i < ndevices; i++)
+		if (!strcmp(name, devices[i].ibdev.name))
+			return &devices[i];
+	return NULL;
+}
+
+bool sv_port_needs_grh(const struct sv_device *dev)
+{
+	(void)dev;
+	return sv_config()->link == SV_LINK_ROCE;
+}
+
+bool sv_gid_entry(const struct sv_device *dev, unsigned index, union ibv_gid *gid,
+		  enum ibv_gid_type *type)
+{
+	if (index >= SV_GID_TBL_LEN)
+		return false;
+	const struct gid_slot *g = &gids[dev->index][index];
+	static const union ibv_gid zero;
+	if (!memcmp(&g->gid, &zero, sizeof(zero)))
+		return false;
+	if (gid)
+		*gid = g->gid;
+	if (type)
+		*type = g->type;
+	return true;
+}
+
+int sv_gid_find(const struct sv_device *dev, const union ibv_gid *gid)
+{
+	for (unsigned i = 0; i < SV_GID_TBL_LEN; i++) {
+		union ibv_gid g;
+		if (sv_gid_entry(dev, i, &g, NULL) && !memcmp(&g, gid, sizeof(g)))
+			return (int)i;
+	}
+	return -1;
+}
+
+void sv_device_attr(const struct sv_device *dev, struct ibv_device_attr *a)
+{
+	memset(a, 0, sizeof(*a));
+	snprintf(a->fw_ver, sizeof(a->fw_ver), "%s", SV_FW_VER);
+	a->node_guid = htobe64(dev->guid);
+	a->sys_image_guid = htobe64(dev->guid);
+	a->max_mr_size = SV_MAX_MR_SIZE;
+	a->page_size_cap = SV_PAGE_SIZE_CAP;
+	a->vendor_id = SV_VENDOR_ID;
+	a->vendor_part_id = sv_config()->vendor_part_id;
+	a->hw_ver = SV_HW_VER;
+	a->max_qp = SV_MAX_QP;
+	a->max_qp_wr = SV_MAX_QP_WR;
+	/* Only what softverbs really does: no MW, XRC or UD-AV enforcement
+	 * until they are implemented. */
+	a->device_cap_flags = IBV_DEVICE_BAD_PKEY_CNTR | IBV_DEVICE_BAD_QKEY_CNTR |
+			      IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SYS_IMAGE_GUID |
+			      IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SRQ_RESIZE |
+			      IBV_DEVICE_N_NOTIFY_CQ | IBV_DEVICE_CHANGE_PHY_PORT;
+	a->max_sge = SV_MAX_SGE;
+	a->max_sge_rd = SV_MAX_SGE_RD;
+	a->max_cq = SV_MAX_CQ;
+	a->max_cqe = SV_MAX_CQE;
+	a->max_mr = SV_MAX_MR;
+	a->max_pd = SV_MAX_PD;
+	a->max_qp_rd_atom = SV_MAX_QP_RD_ATOM;
+	a->max_res_rd_atom = SV_MAX_RES_RD_ATOM;
+	a->max_qp_init_rd_atom = SV_MAX_QP_INIT_RD_ATOM;
+	a->atomic_cap = IBV_ATOMIC_HCA;
+	a->max_ah = SV_MAX_AH;
+	a->max_srq = SV_MAX_SRQ;
+	a->max_srq_wr = SV_MAX_SRQ_WR;
+	a->max_srq_sge = SV_MAX_SRQ_SGE;
+	a->max_pkeys = SV_MAX_PKEYS;
+	a->local_ca_ack_delay = SV_LOCAL_CA_ACK_DELAY;
+	a->phys_port_cnt = SV_NUM_PORTS;
+}
+
+void sv_port_attr(const struct sv_device *dev, struct ibv_port_attr *pa)
+{
+	bool ib = sv_config()->link == SV_LINK_IB;
+
+	memset(pa, 0, sizeof(*pa));
+	pa->state = IBV_PORT_ACTIVE;
+	pa->max_mtu = SV_MAX_MTU;
+	pa->active_mtu = sv_config()->active_mtu;
+	pa->gid_tbl_len = SV_GID_TBL_LEN;
+	pa->port_cap_flags = IBV_PORT_CM_SUP;
+	pa->max_msg_sz = SV_MAX_MSG_SZ;
+	pa->pkey_tbl_len = SV_PKEY_TBL_LEN;
+	/* RoCE ports have no LIDs: the address is the GID (IBA A16.4.1). */
+	pa->lid = ib ? sv_reg_lid(dev->index) : 0;
+	pa->sm_lid = ib ? pa->lid : 0;
+	pa->max_vl_num = 1;
+	pa->active_width = 2;	/* 4x */
+	pa->active_speed = 32;	/* EDR, 25 Gb/s per lane */
+	pa->phys_state = 5;	/* LinkUp */
+	pa->link_layer = ib ? IBV_LINK_LAYER_INFINIBAND : IBV_LINK_LAYER_ETHERNET;
+	pa->flags = ib ? 0 : IBV_QPF_GRH_REQUIRED;
+}
+
+static struct sv_device *ctx_dev(struct ibv_context *ctx)
+{
+	return sv_ctx(ctx)->dev;
+}
+
+SV_EXPORT int ibv_query_device(struct ibv_context *ctx, struct ibv_device_attr *attr)
+{
+	if (!sv_context_live(ctx, "ibv_query_device"))
+		return EINVAL;
+	if (!attr)
+		return sv_fail(EINVAL, "ibv_query_device", "attr is NULL");
+	sv_device_attr(ctx_dev(ctx), attr);
+	return 0;
+}
+
+int sv_query_device_ex(struct ibv_context *ctx, const struct ibv_query_device_ex_input *input,
+		       struct ibv_device_attr_ex *attr, size_t attr_size)
+{
+	struct ibv_device_attr_ex a;
+
+	if (input && input->comp_mask)
+		return sv_fail(EINVAL, "ibv_query_device_ex", "input->comp_mask 0x%x is not 0",
+			       input->comp_mask);
+	if (attr_size < sizeof(a.orig_attr))
+		return sv_fail(EINVAL, "ibv_query_device_ex",
+			       "attr_size %zu is smaller than struct ibv_device_attr", attr_size);
+	memset(&a, 0, sizeof(a));
+	sv_device_attr(ctx_dev(ctx), &a.orig_attr);
+	a.completion_timestamp_mask = UINT64_MAX;
+	a.hca_core_clock = SV_HCA_CORE_CLOCK_KHZ;
+	a.device_cap_flags_ex = a.orig_attr.device_cap_flags;
+	a.phys_port_cnt_ex = SV_NUM_PORTS;
+	/* Fields of newer structs than the caller knows are simply not
+	 * written, as rdma-core does for older binaries. */
+	memcpy(attr, &a, attr_size < sizeof(a) ? attr_size : sizeof(a));
+	if (attr_size > sizeof(a))
+		memset((char *)attr + sizeof(a), 0, attr_size - sizeof(a));
+	return 0;
+}
+
+int sv_query_port_op(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr,
+		     size_t attr_len)
+{
+	struct ibv_port_attr pa;
+
+	if (!sv_context_live(ctx, "ibv_query_port"))
+		return EINVAL;
+	if (port < 1 || port > SV_NUM_PORTS)
+		return sv_fail(EINVAL, "ibv_query_port", "%s has port 1 only; port %u asked",
+			       ctx->device->name, port);
+	if (!attr)
+		return sv_fail(EINVAL, "ibv_query_port", "attr is NULL");
+	sv_port_attr(ctx_dev(ctx), &pa);
+	memcpy(attr, &pa, attr_len < sizeof(pa) ? attr_len : sizeof(pa));
+	return 0;
+}
+
+/* The exported symbol serves binaries built before ibv_port_attr grew:
+ * like rdma-core, it fills only the old 48-byte layout (through `flags`). */
+#define COMPAT_PORT_ATTR_LEN offsetof(struct ibv_port_attr, port_cap_flags2)
+
+SV_EXPORT int ibv_query_port(struct ibv_context *ctx, uint8_t port,
+			     struct _compat_ibv_port_attr *attr)
+{
+	return sv_query_port_op(ctx, port, (struct ibv_port_attr *)attr, COMPAT_PORT_ATTR_LEN);
+}
+
+SV_EXPORT int _ibv_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_t index,
+				struct ibv_gid_entry *entry, uint32_t flags, size_t entry_size)
+{
+	struct ibv_gid_entry e = { 0 };
+
+	if (!sv_context_live(ctx, "ibv_query_gid_ex"))
+		return EINVAL;
+	if (flags || !entry || entry_size < sizeof(e))
+		return sv_fail(EINVAL, "ibv_query_gid_ex", "flags must be 0 and entry_size >= %zu",
+			       sizeof(e));
+	if (port < 1 || port > SV_NUM_PORTS || index >= SV_GID_TBL_LEN)
+		return sv_fail(EINVAL, "ibv_query_gid_ex", "port %u index %u out of range "
+			       "(port 1, index < %d)", port, index, SV_GID_TBL_LEN);
+	if (!sv_gid_entry(ctx_dev(ctx), index, &e.gid, (enum ibv_gid_type *)&e.gid_type))
+		return ENODATA;	/* an empty slot, not an error to explain */
+	e.gid_index = index;
+	e.port_num = port;
+	e.ndev_ifindex = gids[ctx_dev(ctx)->index][index].ifindex;
+	memcpy(entry, &e, sizeof(e));
+	return 0;
+}
+
+SV_EXPORT ssize_t _ibv_query_gid_table(struct ibv_context *ctx, struct ibv_gid_entry *entries,
+				       size_t max_entries, uint32_t flags, size_t entry_size)
+{
+	size_t n = 0;
+
+	if (!sv_context_live(ctx, "ibv_query_gid_table"))
+		return -EINVAL;
+	if (flags || entry_size < sizeof(*entries) || (!entries && max_entries))
+		return -sv_fail(EINVAL, "ibv_query_gid_table", "flags must be 0, entry_size >= %zu",
+				sizeof(*entries));
+	for (uint32_t i = 0; i < SV_GID_TBL_LEN; i++) {
+		struct ibv_gid_entry *e = (void *)((char *)entries + n * entry_size);
+
+		if (!sv_gid_entry(ctx_dev(ctx), i, NULL, NULL))
+			continue;
+		if (n == max_entries)
+			return -sv_fail(EINVAL, "ibv_query_gid_table",
+					"max_entries %zu is too small", max_entries);
+		_ibv_query_gid_ex(ctx, SV_PORT, i, e, 0, entry_size);
+		n++;
+	}
+	return (ssize_t)n;
+}
+
+SV_EXPORT int ibv_query_gid(struct ibv_context *ctx, uint8_t port, int index, union ibv_gid *gid)
+{
+	struct ibv_gid_entry e;
+	int ret;
+
+	if (index < 0 || !gid)
+		return sv_fail(EINVAL, "ibv_query_gid", "negative index or NULL gid"), -1;
+	ret = _ibv_query_gid_ex(ctx, port, (uint32_t)index, &e, 0, sizeof(e));
+	/* rdma-core returns an all-zero GID for an empty slot. */
+	if (ret == ENODATA) {
+		memset(gid, 0, sizeof(*gid));
+		return 0;
+	}
+	if (ret)
+		return -1;
+	*gid = e.gid;
+	return 0;
+}
+
+SV_EXPORT int ibv_query_gid_type(struct ibv_context *ctx, uint8_t port, unsigned int index,
+				 enum ibv_gid_type_sysfs *type)
+{
+	struct ibv_gid_entry e;
+	int ret = _ibv_query_gid_ex(ctx, port, index, &e, 0, sizeof(e));
+
+	if (ret == ENODATA) {
+		/* rdma-core reads sysfs here, which has a type for every slot. */
+		*type = sv_config()->link == SV_LINK_IB ? IBV_GID_TYPE_SYSFS_IB_ROCE_V1
+							  : IBV_GID_TYPE_SYSFS_ROCE_V2;
+		return 0;
+	}
+	if (ret)
+		return -1;
+	*type = e.gid_type == IBV_GID_TYPE_ROCE_V2 ? IBV_GID_TYPE_SYSFS_ROCE_V2
+						   : IBV_GID_TYPE_SYSFS_IB_ROCE_V1;
+	return 0;
+}
+
+SV_EXPORT int ibv_query_pkey(struct ibv_context *ctx, uint8_t port, int index, __be16 *pkey)
+{
+	if (!sv_context_live(ctx, "ibv_query_pkey"))
+		return -1;
+	if (port < 1 || port > SV_NUM_PORTS || index < 0 || index >= SV_PKEY_TBL_LEN || !pkey) {
+		sv_fail(EINVAL, "ibv_query_pkey", "port %u index %d out of range (port 1, index < %d)",
+			port, index, SV_PKEY_TBL_LEN);
+		return -1;
+	}
+	*pkey = htobe16(SV_DEFAULT_PKEY);
+	return 0;
+}
+
+SV_EXPORT int ibv_get_pkey_index(struct ibv_context *ctx, uint8_t port, __be16 pkey)
+{
+	for (int i = 0; i < SV_PKEY_TBL_LEN; i++) {
+		__be16 p;
+
+		if (ibv_query_pkey(ctx, port, i, &p))
+			return -1;
+		/* The membership bit (0x8000) is ignored, as rdma-core does. */
+		if ((be16toh(p) & 0x7fff) == (be16toh(pkey) & 0x7fff))
+			return i;
+	}
+	errno = ENOENT;
+	return -1;
+}
+
+/* ---- device list and names ---- */
+
+SV_EXPORT struct ibv_device **ibv_get_device_list(int *num)
+{
+	int n = sv_device_count();
+	struct ibv_device **l = calloc((size_t)n + 1, sizeof(*l));
+
+	if (!l) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	for (int i = 0; i < n; i++)
+		l[i] = &devices[i].ibdev;
+	if (num)
+		*num = n;
+	return l;
+}
+
+SV_EXPORT void ibv_free_device_list(struct ibv_device **list)
+{
+	/* The devices themselves live as long as the library. */
+	free(list);
+}
+
+SV_EXPORT const char *ibv_get_device_name(struct ibv_device *dev)
+{
+	struct sv_device *d = sv_device_get(dev);
+
+	return d ? d->ibdev.name : sv_fail_null(EINVAL, "ibv_get_device_name", "unknown device");
+}
+
+SV_EXPORT __be64 ibv_get_device_guid(struct ibv_device *dev)
+{
+	struct sv_device *d = sv_device_get(dev);
+
+	if (!d) {
+		sv_fail(EINVAL, "ibv_get_device_guid", "unknown device");
+		return 0;
+	}
+	return htobe64(d->guid);
+}
+
+SV_EXPORT int ibv_get_device_index(struct ibv_device *dev)
+{
+	struct sv_device *d = sv_device_get(dev);
+
+	return d ? (int)d->index : -1;
+}
+
+/* ---- sysfs ---- */
+
+SV_EXPORT const char *ibv_get_sysfs_path(void)
+{
+	const char *p = getenv("SYSFS_PATH");
+
+	return p && *p ? p : "/sys";
+}
+
+/*
+ * softverbs devices have no sysfs directory.  Reads of the attribute files
+ * rdma-core consumers ask for (ibv_devinfo reads board_id) are answered
+ * from the device model; anything else is read from the real file system.
+ */
+static int synthetic_attr(const char *dir, const char *file, char *buf, size_t size)
+{
+	struct sv_device *d = NULL;
+	char val[128];
+
+	ensure_devices();
+	for (int i = 0; i < ndevices && !d; i++)
+		if (!strcmp(dir, devices[i].ibdev.ibdev_path))
+			d = &devices[i];
+	if (!d)
+		return -2;
+	if (!strcmp(file, "board_id"))
+		snprintf(val, sizeof(val), "SOFTVERBS_%u", d->index);
+	else if (!strcmp(file, "fw_ver"))
+		snprintf(val, sizeof(val), "%s", SV_FW_VER);
+	else if (!strcmp(file, "hca_type"))
+		snprintf(val, sizeof(val), "softverbs");
+	else if (!strcmp(file, "hw_rev"))
+		snprintf(val, sizeof(val), "%d", SV_HW_VER);
+	else if (!strcmp(file, "node_type"))
+		snprintf(val, sizeof(val), "1: CA");
+	else if (!strcmp(file, "node_desc"))
+		snprintf(val, sizeof(val), "softverbs %s", d->ibdev.name);
+	else if (!strcmp(file, "node_guid") || !strcmp(file, "sys_image_guid"))
+		snprintf(val, sizeof(val), "%04x:%04x:%04x:%04x",
+			 (unsigned)(d->guid >> 48), (unsigned)(d->guid >> 32) & 0xffff,
+			 (unsigned)(d->guid >> 16) & 0xffff, (unsigned)d->guid & 0xffff);
+	else
+		return -1;
+	size_t n = strlen(val);
+	if (!size)
+		return -1;
+	if (n >= size)
+		n = size - 1;
+	memcpy(buf, val, n);
+	buf[n] = 0;
+	return (int)n;
+}
+
+SV_EXPORT int ibv_read_sysfs_file(const char *dir, const char *file, char *buf, size_t size)
+{
+	char path[512];
+	int fd, n;
+
+	if (!dir || !file || !buf)
+		return -1;
+	n = synthetic_attr(dir, file, buf, size);
+	if (n != -2)
+		return n;
+	if (snprintf(path, sizeof(path), "%s/%s", dir, file) >= (int)sizeof(path))
+		return -1;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || !size) {
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	n = (int)read(fd, buf, size);
+	close(fd);
+	if (n < 0)
+		return -1;
+	if (n > 0 && buf[n - 1] == '\n')
+		n--;
+	if ((size_t)n >= size)
+		n = (int)size - 1;
+	buf[n] = 0;
+	return n;
+}
+
+SV_EXPORT int ibv_read_ibdev_sysfs_file(char *buf, size_t size, void *sysfs_dev,
+					const char *fnfmt, ...)
+{
+	(void)buf; (void)size; (void)sysfs_dev; (void)fnfmt;
+	/* Providers' private sysfs reader; softverbs has no provider sysfs. */
+	errno = EOPNOTSUPP;
+	return -1;
+}

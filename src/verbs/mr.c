@@ -1,0 +1,217 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Memory regions.  softverbs pins nothing -- no page is locked, so
+ * RLIMIT_MEMLOCK never matters -- but registration still proves the range
+ * is mapped (EFAULT otherwise, as get_user_pages would), checks the access
+ * flags as the spec says, and hands out an lkey/rkey from the context's
+ * key table.  Deregistration revokes the key before it returns.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "../sv.h"
+
+#undef ibv_reg_mr
+#undef ibv_reg_mr_iova
+
+#define KNOWN_ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | \
+		      IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC | \
+		      IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED | \
+		      IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB)
+
+/* Returns 0, EINVAL or EOPNOTSUPP, with the reason in *why. */
+int sv_mr_check_access(int access, const char **why)
+{
+	/* Bits in IBV_ACCESS_OPTIONAL_RANGE (relaxed ordering and its kin)
+	 * are hints a device may ignore (verbs.h, "optional access flags"). */
+	access &= ~IBV_ACCESS_OPTIONAL_RANGE;
+	if (access & ~KNOWN_ACCESS) {
+		*why = "unknown access bits";
+		return EINVAL;
+	}
+	/* IBA 10.6.3.1 / C10-46: remote write or atomic access needs local
+	 * write access, since the HCA writes the memory on the peer's behalf. */
+	if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
+	    !(access & IBV_ACCESS_LOCAL_WRITE)) {
+		*why = "IBV_ACCESS_REMOTE_WRITE or IBV_ACCESS_REMOTE_ATOMIC needs "
+		       "IBV_ACCESS_LOCAL_WRITE too";
+		return EINVAL;
+	}
+	if (access & IBV_ACCESS_ON_DEMAND) {
+		*why = "on-demand paging (IBV_ACCESS_ON_DEMAND) is not supported yet";
+		return EOPNOTSUPP;
+	}
+	return 0;
+}
+
+/* The kernel's get_user_pages fails with EFAULT on an unmapped page;
+ * mincore(2) answers ENOMEM for exactly those, without touching memory. */
+static bool range_mapped(const void *addr, size_t len)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+	uintptr_t start = (uintptr_t)addr & ~(uintptr_t)(pg - 1);
+	uintptr_t end = (uintptr_t)addr + len;
+	unsigned char vec[4096];
+	size_t chunk = sizeof(vec) * (size_t)pg;
+
+	for (uintptr_t p = start; p < end; p += chunk) {
+		size_t n = end - p < chunk ? end - p : chunk;
+		if (mincore((void *)p, n, vec) && errno == ENOMEM)
+			return false;
+	}
+	return true;
+}
+
+static int check_range(void *addr, size_t length, const char *verb)
+{
+	if (!length)
+		return sv_fail(EINVAL, verb, "length is 0");
+	if ((uintptr_t)addr + length < (uintptr_t)addr)
+		return sv_fail(EINVAL, verb, "addr %p + length %zu wraps around", addr, length);
+	if (!range_mapped(addr, length))
+		return sv_fail(EFAULT, verb, "[%p, +%zu) is not all mapped memory", addr, length);
+	return 0;
+}
+
+static int check_access(int access, const char *verb)
+{
+	const char *why;
+	int ret = sv_mr_check_access(access, &why);
+
+	return ret ? sv_fail(ret, verb, "access 0x%x: %s", (unsigned)access, why) : 0;
+}
+
+SV_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length,
+					  uint64_t iova, unsigned int access)
+{
+	const char *verb = "ibv_reg_mr";
+	struct sv_context *c;
+	struct sv_mr *mr;
+	uint32_t key;
+	int ret;
+
+	if (!sv_pd_of(pd, NULL, verb))
+		return NULL;
+	ret = check_access((int)access, verb);
+	if (!ret)
+		ret = check_range(addr, length, verb);
+	if (ret)
+		return NULL;
+	c = sv_ctx(pd->context);
+	mr = calloc(1, sizeof(*mr));
+	if (!mr)
+		return sv_fail_null(ENOMEM, verb, "out of memory");
+	if (sv_keytab_alloc(&c->mrs, mr, &key)) {
+		free(mr);
+		return sv_fail_null(ENOMEM, verb, "the context has max_mr=%d MRs already", SV_MAX_MR);
+	}
+	mr->ibmr.context = pd->context;
+	mr->ibmr.pd = pd;
+	mr->ibmr.addr = addr;
+	mr->ibmr.length = length;
+	mr->ibmr.handle = key;
+	mr->ibmr.lkey = key;
+	mr->ibmr.rkey = key;
+	mr->pd = sv_pd(pd);
+	mr->access = (int)access;
+	mr->iova = access & IBV_ACCESS_ZERO_BASED ? 0 : iova;
+	if (sv_obj_add(mr, SV_OBJ_MR, pd->context)) {
+		sv_keytab_free(&c->mrs, key);
+		free(mr);
+		return sv_fail_null(ENOMEM, verb, "out of memory");
+	}
+	atomic_fetch_add(&mr->pd->users, 1);
+	sv_dbg("reg_mr %p len %zu access 0x%x -> key 0x%x", addr, length, access, key);
+	return &mr->ibmr;
+}
+
+SV_EXPORT struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t length, int access)
+{
+	return ibv_reg_mr_iova2(pd, addr, length, (uintptr_t)addr, (unsigned)access);
+}
+
+SV_EXPORT struct ibv_mr *ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t length,
+					 uint64_t iova, int access)
+{
+	return ibv_reg_mr_iova2(pd, addr, length, iova, (unsigned)access);
+}
+
+SV_EXPORT struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t length,
+					   uint64_t iova, int fd, int access)
+{
+	(void)pd; (void)offset; (void)length; (void)iova; (void)fd; (void)access;
+	return sv_fail_null(EOPNOTSUPP, "ibv_reg_dmabuf_mr", "dma-buf memory is not supported yet");
+}
+
+static void mr_free(struct sv_mr *mr)
+{
+	/* The key dies first: from here no new access can resolve it. */
+	sv_keytab_free(&sv_ctx(mr->ibmr.context)->mrs, mr->ibmr.lkey);
+	atomic_fetch_sub(&mr->pd->users, 1);
+	free(mr);
+}
+
+SV_EXPORT int ibv_dereg_mr(struct ibv_mr *ibmr)
+{
+	if (!sv_obj_del(ibmr, SV_OBJ_MR))
+		return sv_fail(EINVAL, "ibv_dereg_mr", "MR %p is not registered "
+			       "(deregistered already?)", (void *)ibmr);
+	mr_free(sv_mr(ibmr));
+	return 0;
+}
+
+static void release_mr(void *obj, void *arg)
+{
+	(void)arg;
+	if (sv_obj_del(obj, SV_OBJ_MR))
+		mr_free(obj);
+}
+
+void sv_mr_release_all(struct ibv_context *ctx)
+{
+	sv_obj_foreach(ctx, SV_OBJ_MR, release_mr, NULL);
+}
+
+/* rdma-core's enum ibv_rereg_mr_err_code values. */
+enum { REREG_ERR_INPUT = -1, REREG_ERR_CMD = -4 };
+
+SV_EXPORT int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd, void *addr,
+			   size_t length, int access)
+{
+	const char *verb = "ibv_rereg_mr";
+	struct sv_mr *mr = sv_mr(ibmr);
+
+	if (!sv_obj_live(ibmr, SV_OBJ_MR))
+		return sv_fail(EINVAL, verb, "MR %p is not registered", (void *)ibmr), REREG_ERR_INPUT;
+	if (!flags || (flags & ~(IBV_REREG_MR_FLAGS_SUPPORTED)))
+		return sv_fail(EINVAL, verb, "flags 0x%x: need one or more of CHANGE_TRANSLATION, "
+			       "CHANGE_PD, CHANGE_ACCESS", (unsigned)flags), REREG_ERR_INPUT;
+	if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (!addr || !length))
+		return sv_fail(EINVAL, verb, "CHANGE_TRANSLATION needs addr and length"),
+		       REREG_ERR_INPUT;
+	if ((flags & IBV_REREG_MR_CHANGE_PD) && !sv_pd_of(pd, ibmr->context, verb))
+		return REREG_ERR_INPUT;
+	if ((flags & IBV_REREG_MR_CHANGE_ACCESS) && check_access(access, verb))
+		return REREG_ERR_CMD;
+	if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && check_range(addr, length, verb))
+		return REREG_ERR_CMD;
+	/* Every check passed: apply all changes, none partially. */
+	if (flags & IBV_REREG_MR_CHANGE_PD) {
+		atomic_fetch_sub(&mr->pd->users, 1);
+		mr->pd = sv_pd(pd);
+		atomic_fetch_add(&mr->pd->users, 1);
+		ibmr->pd = pd;
+	}
+	if (flags & IBV_REREG_MR_CHANGE_ACCESS)
+		mr->access = access;
+	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+		ibmr->addr = addr;
+		ibmr->length = length;
+		mr->iova = mr->access & IBV_ACCESS_ZERO_BASED ? 0 : (uintptr_t)addr;
+	}
+	return 0;
+}

@@ -1,0 +1,478 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Queue pairs: creation, the state machine, query and destruction.
+ *
+ * modify_qp is check-then-apply (rxe_qp_chk_attr / rxe_qp_from_attr): the
+ * transition is checked against the IBTA table (core/qp_state.c), every
+ * attribute value present in the mask is validated, and only then is
+ * anything changed.  A rejected call leaves the QP exactly as it was.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../sv.h"
+
+#define QP_INIT_KNOWN_MASK (IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD | \
+	IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_MAX_TSO_HEADER | \
+	IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
+
+static int check_type(const struct ibv_qp_init_attr_ex *a, const char *verb)
+{
+	switch (a->qp_type) {
+	case IBV_QPT_RC: case IBV_QPT_UC: case IBV_QPT_UD:
+		return 0;
+	case IBV_QPT_XRC_SEND: case IBV_QPT_XRC_RECV:
+		return sv_fail(EOPNOTSUPP, verb, "XRC QPs are not supported yet");
+	case IBV_QPT_RAW_PACKET:
+		return sv_fail(EOPNOTSUPP, verb, "raw packet QPs need an Ethernet device; "
+			       "softverbs has none");
+	default:
+		return sv_fail(EINVAL, verb, "qp_type %d is not a QP type", a->qp_type);
+	}
+}
+
+static int check_init_attr(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *a)
+{
+	const char *verb = "ibv_create_qp";
+	const struct ibv_qp_cap *cap = &a->cap;
+
+	if (a->comp_mask & ~(uint32_t)QP_INIT_KNOWN_MASK)
+		return sv_fail(EINVAL, verb, "unknown comp_mask bits 0x%x", a->comp_mask);
+	if (a->comp_mask & (IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_MAX_TSO_HEADER |
+			    IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH))
+		return sv_fail(EOPNOTSUPP, verb, "XRC domains, TSO, RSS indirection and RX hash "
+			       "QPs are not supported");
+	if ((a->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && a->create_flags)
+		return sv_fail(EOPNOTSUPP, verb, "create_flags 0x%x: no QP creation flag is "
+			       "supported", a->create_flags);
+	/* The ibv_wr_* send API arrives with the data path. */
+	if (a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
+		return sv_fail(EOPNOTSUPP, verb, "QPs for the ibv_wr_* API (send_ops_flags) are "
+			       "not supported yet; use ibv_post_send");
+	if (check_type(a, verb))
+		return errno;
+	if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD))
+		return sv_fail(EINVAL, verb, "a %s QP needs a PD (IBV_QP_INIT_ATTR_PD)",
+			       sv_qp_type_name(a->qp_type));
+	if (!sv_pd_of(a->pd, ctx, verb))
+		return EINVAL;
+	if (!a->send_cq || !a->recv_cq)
+		return sv_fail(EINVAL, verb, "%s QPs need both send_cq and recv_cq",
+			       sv_qp_type_name(a->qp_type));
+	if (!sv_cq_of(a->send_cq, ctx, verb, "send_cq") || !sv_cq_of(a->recv_cq, ctx, verb, "recv_cq"))
+		return EINVAL;
+	if (a->srq && !sv_obj_live(a->srq, SV_OBJ_SRQ))
+		return sv_fail(EINVAL, verb, "srq %p is not a live SRQ", (void *)a->srq);
+	if (a->srq && a->srq->context != ctx)
+		return sv_fail(EINVAL, verb, "srq %p belongs to another device context", (void *)a->srq);
+	if (cap->max_send_wr > SV_MAX_QP_WR || (!a->srq && cap->max_recv_wr > SV_MAX_QP_WR))
+		return sv_fail(EINVAL, verb, "max_send_wr %u / max_recv_wr %u: max_qp_wr is %d",
+			       cap->max_send_wr, cap->max_recv_wr, SV_MAX_QP_WR);
+	if (cap->max_send_sge > SV_MAX_SGE || (!a->srq && cap->max_recv_sge > SV_MAX_SGE))
+		return sv_fail(EINVAL, verb, "max_send_sge %u / max_recv_sge %u: max_sge is %d",
+			       cap->max_send_sge, cap->max_recv_sge, SV_MAX_SGE);
+	if (cap->max_inline_data > SV_MAX_INLINE_DATA)
+		return sv_fail(EINVAL, verb, "max_inline_data %u: at most %d bytes can be inline",
+			       cap->max_inline_data, SV_MAX_INLINE_DATA);
+	return 0;
+}
+
+struct ibv_qp *sv_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *a)
+{
+	const char *verb = "ibv_create_qp";
+	struct sv_context *c;
+	struct sv_qp *qp;
+	uint32_t qpn;
+	int ret;
+
+	if (!sv_context_live(ctx, verb))
+		return NULL;
+	if (!a)
+		return sv_fail_null(EINVAL, verb, "attr is NULL");
+	if (check_init_attr(ctx, a))
+		return NULL;
+	c = sv_ctx(ctx);
+	if (atomic_fetch_add(&c->nqp, 1) >= SV_MAX_QP) {
+		atomic_fetch_sub(&c->nqp, 1);
+		return sv_fail_null(ENOMEM, verb, "the context has max_qp=%d QPs", SV_MAX_QP);
+	}
+	qp = calloc(1, sizeof(*qp));
+	if (!qp) {
+		atomic_fetch_sub(&c->nqp, 1);
+		return sv_fail_null(ENOMEM, verb, "out of memory");
+	}
+	ret = sv_reg_qpn_alloc(c->ep, a->qp_type, &qpn);
+	if (ret) {
+		free(qp);
+		atomic_fetch_sub(&c->nqp, 1);
+		return sv_fail_null(ENOMEM, verb, "no QP number left in the host registry %s (%s)",
+				    sv_reg_path(), strerror(ret));
+	}
+	if (sv_obj_add(qp, SV_OBJ_QP, ctx)) {
+		sv_reg_qpn_free(qpn);
+		free(qp);
+		atomic_fetch_sub(&c->nqp, 1);
+		return sv_fail_null(ENOMEM, verb, "out of memory");
+	}
+
+	struct ibv_qp *ib = &qp->ex.qp_base;
+	ib->context = ctx;
+	ib->qp_context = a->qp_context;
+	ib->pd = a->pd;
+	ib->send_cq = a->send_cq;
+	ib->recv_cq = a->recv_cq;
+	ib->srq = a->srq;
+	ib->handle = qpn;
+	ib->qp_num = qpn;
+	ib->state = IBV_QPS_RESET;
+	ib->qp_type = a->qp_type;
+	pthread_mutex_init(&ib->mutex, NULL);
+	pthread_cond_init(&ib->cond, NULL);
+	pthread_mutex_init(&qp->lock, NULL);
+
+	qp->pd = sv_pd(a->pd);
+	qp->scq = sv_cq(a->send_cq);
+	qp->rcq = sv_cq(a->recv_cq);
+	qp->srq = a->srq ? sv_srq(a->srq) : NULL;
+	qp->sq_sig_all = a->sq_sig_all;
+	qp->cap = a->cap;
+	/* The actual capacities are reported back, as every provider does:
+	 * inline space is what a send slot really holds, and a QP on an SRQ
+	 * has no receive queue of its own. */
+	qp->cap.max_inline_data = SV_MAX_INLINE_DATA;
+	if (qp->srq)
+		qp->cap.max_recv_wr = qp->cap.max_recv_sge = 0;
+	a->cap = qp->cap;
+
+	atomic_fetch_add(&qp->pd->users, 1);
+	atomic_fetch_add(&qp->scq->users, 1);
+	atomic_fetch_add(&qp->rcq->users, 1);
+	if (qp->srq)
+		atomic_fetch_add(&qp->srq->users, 1);
+	sv_dbg("qpn 0x%x: created %s", qpn, sv_qp_type_name(a->qp_type));
+	return ib;
+}
+
+SV_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+{
+	struct ibv_qp_init_attr_ex a;
+	struct ibv_qp *qp;
+
+	if (!sv_pd_of(pd, NULL, "ibv_create_qp"))
+		return NULL;
+	if (!attr)
+		return sv_fail_null(EINVAL, "ibv_create_qp", "attr is NULL");
+	memset(&a, 0, sizeof(a));
+	memcpy(&a, attr, sizeof(*attr));
+	a.comp_mask = IBV_QP_INIT_ATTR_PD;
+	a.pd = pd;
+	qp = sv_create_qp_ex(pd->context, &a);
+	if (qp)
+		attr->cap = a.cap;
+	return qp;
+}
+
+SV_EXPORT struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp)
+{
+	struct sv_qp *q = sv_qp(qp);
+
+	return q->has_ex ? &q->ex : NULL;
+}
+
+/* ---- modify_qp ---- */
+
+struct value_error {
+	int bit;
+	const char *why;
+};
+
+#define QP_ACCESS_BITS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | \
+			IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)
+
+static int check_values(struct sv_qp *qp, const struct ibv_qp_attr *a, int mask,
+			struct value_error *e)
+{
+	const struct sv_device *dev = sv_ctx(qp->ex.qp_base.context)->dev;
+
+#define BAD(b, w) do { e->bit = (b); e->why = (w); return EINVAL; } while (0)
+	if ((mask & IBV_QP_PORT) && (a->port_num < 1 || a->port_num > SV_NUM_PORTS))
+		BAD(IBV_QP_PORT, "port_num must be 1");
+	if ((mask & IBV_QP_PKEY_INDEX) && a->pkey_index >= SV_PKEY_TBL_LEN)
+		BAD(IBV_QP_PKEY_INDEX, "pkey_index must be below pkey_tbl_len (1)");
+	if ((mask & IBV_QP_ACCESS_FLAGS) && (a->qp_access_flags & ~QP_ACCESS_BITS))
+		BAD(IBV_QP_ACCESS_FLAGS, "qp_access_flags may hold only IBV_ACCESS_LOCAL_WRITE and "
+		    "the IBV_ACCESS_REMOTE_* bits");
+	if ((mask & IBV_QP_AV) && sv_ah_attr_check(dev, &a->ah_attr, &e->why))
+		return e->bit = IBV_QP_AV, EINVAL;
+	if (mask & IBV_QP_ALT_PATH) {
+		if (sv_ah_attr_check(dev, &a->alt_ah_attr, &e->why))
+			return e->bit = IBV_QP_ALT_PATH, EINVAL;
+		if (a->alt_port_num < 1 || a->alt_port_num > SV_NUM_PORTS ||
+		    a->alt_pkey_index >= SV_PKEY_TBL_LEN || a->alt_timeout > 31)
+			BAD(IBV_QP_ALT_PATH, "alt_port_num must be 1, alt_pkey_index 0 and "
+			    "alt_timeout 0..31");
+	}
+	if (mask & IBV_QP_PATH_MTU) {
+		if (a->path_mtu < IBV_MTU_256 || a->path_mtu > IBV_MTU_4096)
+			BAD(IBV_QP_PATH_MTU, "path_mtu is not an enum ibv_mtu value");
+		/* IBA 10.3.3 / C10-13: the path MTU cannot exceed the port's. */
+		if (a->path_mtu > sv_config()->active_mtu)
+			BAD(IBV_QP_PATH_MTU, "path_mtu is larger than the port's active_mtu "
+			    "(ibv_query_port); use that or smaller");
+	}
+	if ((mask & IBV_QP_TIMEOUT) && a->timeout > 31)
+		BAD(IBV_QP_TIMEOUT, "timeout is a 5-bit exponent, 0..31 (0 = infinite)");
+	if ((mask & IBV_QP_RETRY_CNT) && a->retry_cnt > 7)
+		BAD(IBV_QP_RETRY_CNT, "retry_cnt is 3 bits, 0..7");
+	if ((mask & IBV_QP_RNR_RETRY) && a->rnr_retry > 7)
+		BAD(IBV_QP_RNR_RETRY, "rnr_retry is 3 bits, 0..7 (7 = retry forever)");
+	if ((mask & IBV_QP_MIN_RNR_TIMER) && a->min_rnr_timer > 31)
+		BAD(IBV_QP_MIN_RNR_TIMER, "min_rnr_timer is a 5-bit code, 0..31");
+	if ((mask & IBV_QP_MAX_QP_RD_ATOMIC) && a->max_rd_atomic > SV_MAX_QP_INIT_RD_ATOM)
+		BAD(IBV_QP_MAX_QP_RD_ATOMIC, "max_rd_atomic exceeds max_qp_init_rd_atom (128)");
+	if ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) && a->max_dest_rd_atomic > SV_MAX_QP_RD_ATOM)
+		BAD(IBV_QP_MAX_DEST_RD_ATOMIC, "max_dest_rd_atomic exceeds max_qp_rd_atom (128)");
+	if ((mask & IBV_QP_DEST_QPN) && a->dest_qp_num > SV_QPN_MASK)
+		BAD(IBV_QP_DEST_QPN, "dest_qp_num is a 24-bit QP number");
+	if ((mask & IBV_QP_PATH_MIG_STATE) && a->path_mig_state > IBV_MIG_ARMED)
+		BAD(IBV_QP_PATH_MIG_STATE, "path_mig_state is not an enum ibv_mig_state value");
+#undef BAD
+	return 0;
+}
+
+static int explain_transition(struct sv_qp *qp, enum ibv_qp_state cur, enum ibv_qp_state next,
+			      int mask, const struct sv_qp_transition_error *w)
+{
+	enum ibv_qp_type t = qp->ex.qp_base.qp_type;
+	char b1[512], b2[512];
+	uint32_t qpn = qp->ex.qp_base.qp_num;
+
+	if (w->bad_cur_state)
+		return sv_fail(EINVAL, "ibv_modify_qp", "qpn 0x%x: cur_qp_state says %s but the QP is "
+			       "in %s; drop IBV_QP_CUR_STATE or fix it", qpn,
+			       sv_qp_state_name((enum ibv_qp_state)w->required), sv_qp_state_name(cur));
+	if (w->illegal) {
+		int hop = sv_qp_next_hop(t, cur, next);
+		if (hop >= 0)
+			return sv_fail(EINVAL, "ibv_modify_qp", "qpn 0x%x %s->%s rejected: %s QPs must "
+				       "pass %s first (%s->%s needs %s)", qpn, sv_qp_state_name(cur),
+				       sv_qp_state_name(next), sv_qp_type_name(t),
+				       sv_qp_state_name((enum ibv_qp_state)hop), sv_qp_state_name(cur),
+				       sv_qp_state_name((enum ibv_qp_state)hop),
+				       sv_qp_mask_str(sv_qp_required_mask(t, cur, (enum ibv_qp_state)hop),
+						      b1, sizeof(b1)));
+		size_t n = 0;
+		b1[0] = 0;
+		for (int st = IBV_QPS_RESET; st <= IBV_QPS_ERR; st++)
+			if (sv_qp_required_mask(t, cur, (enum ibv_qp_state)st) >= 0)
+				n += (size_t)snprintf(b1 + n, sizeof(b1) - n, "%s%s", n ? ", " : "",
+						      sv_qp_state_name((enum ibv_qp_state)st));
+		return sv_fail(EINVAL, "ibv_modify_qp", "qpn 0x%x %s->%s rejected: no such transition "
+			       "for a %s QP; from %s it can go to %s", qpn, sv_qp_state_name(cur),
+			       sv_qp_state_name(next), sv_qp_type_name(t), sv_qp_state_name(cur), b1);
+	}
+	if (w->missing)
+		return sv_fail(EINVAL, "ibv_modify_qp", "qpn 0x%x %s %s->%s rejected: attr_mask lacks "
+			       "%s (this transition requires %s)", qpn, sv_qp_type_name(t),
+			       sv_qp_state_name(cur), sv_qp_state_name(next),
+			       sv_qp_mask_str(w->missing, b1, sizeof(b1)),
+			       sv_qp_mask_str(w->required | IBV_QP_STATE, b2, sizeof(b2)));
+	(void)mask;
+	return sv_fail(EINVAL, "ibv_modify_qp", "qpn 0x%x %s %s->%s rejected: %s not allowed in this "
+		       "transition (optional here: %s)", qpn, sv_qp_type_name(t),
+		       sv_qp_state_name(cur), sv_qp_state_name(next),
+		       sv_qp_mask_str(w->extra, b1, sizeof(b1)),
+		       w->optional ? sv_qp_mask_str(w->optional, b2, sizeof(b2)) : "none");
+}
+
+/* Copies the attributes named in mask; PSNs are 24 bits (IBA 9.7.1) and
+ * are masked as rxe does. */
+static void apply_attrs(struct sv_qp *qp, const struct ibv_qp_attr *a, int mask)
+{
+	struct ibv_qp_attr *s = &qp->attr;
+
+	if (mask & IBV_QP_EN_SQD_ASYNC_NOTIFY) s->en_sqd_async_notify = a->en_sqd_async_notify;
+	if (mask & IBV_QP_ACCESS_FLAGS) s->qp_access_flags = a->qp_access_flags;
+	if (mask & IBV_QP_PKEY_INDEX) s->pkey_index = a->pkey_index;
+	if (mask & IBV_QP_PORT) s->port_num = a->port_num;
+	if (mask & IBV_QP_QKEY) s->qkey = a->qkey;
+	if (mask & IBV_QP_AV) s->ah_attr = a->ah_attr;
+	if (mask & IBV_QP_PATH_MTU) s->path_mtu = a->path_mtu;
+	if (mask & IBV_QP_TIMEOUT) s->timeout = a->timeout;
+	if (mask & IBV_QP_RETRY_CNT) s->retry_cnt = a->retry_cnt;
+	if (mask & IBV_QP_RNR_RETRY) s->rnr_retry = a->rnr_retry;
+	if (mask & IBV_QP_RQ_PSN) s->rq_psn = a->rq_psn & SV_PSN_MASK;
+	if (mask & IBV_QP_MAX_QP_RD_ATOMIC) s->max_rd_atomic = a->max_rd_atomic;
+	if (mask & IBV_QP_ALT_PATH) {
+		s->alt_ah_attr = a->alt_ah_attr;
+		s->alt_pkey_index = a->alt_pkey_index;
+		s->alt_port_num = a->alt_port_num;
+		s->alt_timeout = a->alt_timeout;
+	}
+	if (mask & IBV_QP_MIN_RNR_TIMER) s->min_rnr_timer = a->min_rnr_timer;
+	if (mask & IBV_QP_SQ_PSN) s->sq_psn = a->sq_psn & SV_PSN_MASK;
+	if (mask & IBV_QP_MAX_DEST_RD_ATOMIC) s->max_dest_rd_atomic = a->max_dest_rd_atomic;
+	if (mask & IBV_QP_PATH_MIG_STATE) s->path_mig_state = a->path_mig_state;
+	if (mask & IBV_QP_DEST_QPN) s->dest_qp_num = a->dest_qp_num;
+	qp->attr_set |= mask;
+}
+
+/* Side effects of entering a state (IBA 10.3.1, 11.6.3). */
+static void enter_state(struct sv_qp *qp, enum ibv_qp_state cur, enum ibv_qp_state next)
+{
+	struct ibv_qp *ib = &qp->ex.qp_base;
+
+	switch (next) {
+	case IBV_QPS_RESET:
+		/* RESET forgets every attribute (IBA 10.3.1.1). */
+		memset(&qp->attr, 0, sizeof(qp->attr));
+		qp->attr_set = 0;
+		break;
+	case IBV_QPS_ERR:
+		/* No work request can be outstanding yet: nothing to flush.
+		 * A QP on an SRQ reports that its last WQE is consumed. */
+		if (cur != IBV_QPS_ERR && qp->srq)
+			sv_async_event(ib->context, ib, IBV_EVENT_QP_LAST_WQE_REACHED);
+		break;
+	case IBV_QPS_SQD:
+		/* The send queue is empty, so it is drained at once. */
+		if (cur == IBV_QPS_RTS && qp->attr.en_sqd_async_notify)
+			sv_async_event(ib->context, ib, IBV_EVENT_SQ_DRAINED);
+		break;
+	default:
+		break;
+	}
+	ib->state = next;
+	qp->attr.qp_state = next;
+	qp->attr.cur_qp_state = next;
+	sv_reg_qpn_set_state(ib->qp_num, next);
+}
+
+SV_EXPORT int ibv_modify_qp(struct ibv_qp *ib, struct ibv_qp_attr *attr, int mask)
+{
+	struct sv_qp *qp = sv_qp(ib);
+	struct sv_qp_transition_error why;
+	struct value_error ve;
+	char bits[256];
+	int ret;
+
+	if (!sv_obj_live(ib, SV_OBJ_QP))
+		return sv_fail(EINVAL, "ibv_modify_qp", "QP %p is not live", (void *)ib);
+	if (!attr)
+		return sv_fail(EINVAL, "ibv_modify_qp", "attr is NULL");
+	pthread_mutex_lock(&qp->lock);
+	enum ibv_qp_state cur = ib->state;
+	enum ibv_qp_state next = mask & IBV_QP_STATE ? attr->qp_state : cur;
+
+	if ((mask & IBV_QP_CUR_STATE) && attr->cur_qp_state != cur) {
+		memset(&why, 0, sizeof(why));
+		why.bad_cur_state = true;
+		why.required = (int)attr->cur_qp_state;
+		ret = explain_transition(qp, cur, next, mask, &why);
+		goto out;
+	}
+	ret = sv_qp_transition_check(ib->qp_type, cur, next, mask, &why);
+	if (ret) {
+		explain_transition(qp, cur, next, mask, &why);
+		goto out;
+	}
+	ret = check_values(qp, attr, mask, &ve);
+	if (ret) {
+		sv_fail(ret, "ibv_modify_qp", "qpn 0x%x %s->%s rejected: %s: %s", ib->qp_num,
+			sv_qp_state_name(cur), sv_qp_state_name(next),
+			sv_qp_mask_str(ve.bit, bits, sizeof(bits)), ve.why);
+		goto out;
+	}
+	apply_attrs(qp, attr, mask);
+	enter_state(qp, cur, next);
+	sv_dbg("qpn 0x%x: %s -> %s", ib->qp_num, sv_qp_state_name(cur), sv_qp_state_name(next));
+out:
+	pthread_mutex_unlock(&qp->lock);
+	return ret;
+}
+
+SV_EXPORT int ibv_query_qp(struct ibv_qp *ib, struct ibv_qp_attr *attr, int mask,
+			   struct ibv_qp_init_attr *init)
+{
+	struct sv_qp *qp = sv_qp(ib);
+
+	if (!sv_obj_live(ib, SV_OBJ_QP))
+		return sv_fail(EINVAL, "ibv_query_qp", "QP %p is not live", (void *)ib);
+	if (!attr || !init)
+		return sv_fail(EINVAL, "ibv_query_qp", "attr and init_attr are needed");
+	(void)mask;	/* every attribute is cheap: all are returned */
+	pthread_mutex_lock(&qp->lock);
+	*attr = qp->attr;
+	attr->qp_state = ib->state;
+	attr->cur_qp_state = ib->state;
+	attr->cap = qp->cap;
+	attr->sq_draining = 0;
+	memset(init, 0, sizeof(*init));
+	init->qp_context = ib->qp_context;
+	init->send_cq = ib->send_cq;
+	init->recv_cq = ib->recv_cq;
+	init->srq = ib->srq;
+	init->cap = qp->cap;
+	init->qp_type = ib->qp_type;
+	init->sq_sig_all = qp->sq_sig_all;
+	pthread_mutex_unlock(&qp->lock);
+	return 0;
+}
+
+int sv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+{
+	*bad = wr;
+	return sv_fail(EOPNOTSUPP, "ibv_post_send", "qpn 0x%x: the data path is not implemented "
+		       "yet", qp->qp_num);
+}
+
+int sv_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+	*bad = wr;
+	return sv_fail(EOPNOTSUPP, "ibv_post_recv", "qpn 0x%x: the data path is not implemented "
+		       "yet", qp->qp_num);
+}
+
+static void qp_free(struct sv_qp *qp)
+{
+	struct ibv_qp *ib = &qp->ex.qp_base;
+
+	sv_reg_qpn_free(ib->qp_num);
+	atomic_fetch_sub(&qp->pd->users, 1);
+	atomic_fetch_sub(&qp->scq->users, 1);
+	atomic_fetch_sub(&qp->rcq->users, 1);
+	if (qp->srq)
+		atomic_fetch_sub(&qp->srq->users, 1);
+	atomic_fetch_sub(&sv_ctx(ib->context)->nqp, 1);
+	pthread_mutex_destroy(&qp->lock);
+	pthread_cond_destroy(&ib->cond);
+	pthread_mutex_destroy(&ib->mutex);
+	free(qp);
+}
+
+void sv_qp_release(struct sv_qp *qp)
+{
+	if (sv_obj_del(qp, SV_OBJ_QP))
+		qp_free(qp);
+}
+
+SV_EXPORT int ibv_destroy_qp(struct ibv_qp *ib)
+{
+	struct sv_qp *qp = sv_qp(ib);
+
+	if (!sv_obj_del(ib, SV_OBJ_QP))
+		return sv_fail(EINVAL, "ibv_destroy_qp", "QP %p is not live (destroyed already?)",
+			       (void *)ib);
+	/* Unread events die with the QP; read ones must be acked first
+	 * (rdma-core ibv_destroy_qp waits the same way). */
+	sv_evq_forget(&sv_ctx(ib->context)->async, qp);
+	pthread_mutex_lock(&ib->mutex);
+	while (ib->events_completed != qp->events_reported)
+		pthread_cond_wait(&ib->cond, &ib->mutex);
+	pthread_mutex_unlock(&ib->mutex);
+	qp_free(qp);
+	return 0;
+}

@@ -1,0 +1,163 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Shared receive queues: create, modify (resize and limit), query, destroy.
+ * The limit is armed by ibv_modify_srq(IBV_SRQ_LIMIT) and fires
+ * IBV_EVENT_SRQ_LIMIT_REACHED once when the queue drains below it
+ * (IBA 10.2.9.3, 11.6.3.3).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../sv.h"
+
+struct ibv_srq *sv_create_srq_ex(struct ibv_context *ctx, struct ibv_srq_init_attr_ex *a)
+{
+	const char *verb = "ibv_create_srq";
+	struct sv_context *c;
+	struct sv_srq *srq;
+
+	if (!sv_context_live(ctx, verb))
+		return NULL;
+	if (!a)
+		return sv_fail_null(EINVAL, verb, "attr is NULL");
+	if (a->comp_mask & ~(uint32_t)(IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD |
+				       IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ |
+				       IBV_SRQ_INIT_ATTR_TM))
+		return sv_fail_null(EINVAL, verb, "unknown comp_mask bits 0x%x", a->comp_mask);
+	if ((a->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && a->srq_type != IBV_SRQT_BASIC)
+		return sv_fail_null(EOPNOTSUPP, verb, "SRQ type %d: only IBV_SRQT_BASIC is supported "
+				    "yet (no XRC or tag-matching SRQs)", a->srq_type);
+	if (!(a->comp_mask & IBV_SRQ_INIT_ATTR_PD))
+		return sv_fail_null(EINVAL, verb, "a basic SRQ needs a PD (IBV_SRQ_INIT_ATTR_PD)");
+	if (!sv_pd_of(a->pd, ctx, verb))
+		return NULL;
+	if (a->attr.max_wr < 1 || a->attr.max_wr > SV_MAX_SRQ_WR)
+		return sv_fail_null(EINVAL, verb, "max_wr %u is out of range 1..%d", a->attr.max_wr,
+				    SV_MAX_SRQ_WR);
+	if (a->attr.max_sge < 1 || a->attr.max_sge > SV_MAX_SRQ_SGE)
+		return sv_fail_null(EINVAL, verb, "max_sge %u is out of range 1..%d", a->attr.max_sge,
+				    SV_MAX_SRQ_SGE);
+	/* The limit is set by modify_srq; at creation it is ignored, as
+	 * the kernel does (ib_uverbs_create_srq). */
+	c = sv_ctx(ctx);
+	if (atomic_fetch_add(&c->nsrq, 1) >= SV_MAX_SRQ) {
+		atomic_fetch_sub(&c->nsrq, 1);
+		return sv_fail_null(ENOMEM, verb, "the context has max_srq=%d SRQs", SV_MAX_SRQ);
+	}
+	srq = calloc(1, sizeof(*srq));
+	if (!srq || sv_obj_add(srq, SV_OBJ_SRQ, ctx)) {
+		free(srq);
+		atomic_fetch_sub(&c->nsrq, 1);
+		return sv_fail_null(ENOMEM, verb, "out of memory");
+	}
+	srq->ibsrq.context = ctx;
+	srq->ibsrq.srq_context = a->srq_context;
+	srq->ibsrq.pd = a->pd;
+	pthread_mutex_init(&srq->ibsrq.mutex, NULL);
+	pthread_cond_init(&srq->ibsrq.cond, NULL);
+	srq->pd = sv_pd(a->pd);
+	srq->attr.max_wr = a->attr.max_wr;
+	srq->attr.max_sge = a->attr.max_sge;
+	atomic_fetch_add(&srq->pd->users, 1);
+	return &srq->ibsrq;
+}
+
+SV_EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr)
+{
+	struct ibv_srq_init_attr_ex a;
+	struct ibv_srq *srq;
+
+	if (!sv_pd_of(pd, NULL, "ibv_create_srq"))
+		return NULL;
+	if (!attr)
+		return sv_fail_null(EINVAL, "ibv_create_srq", "attr is NULL");
+	memset(&a, 0, sizeof(a));
+	a.srq_context = attr->srq_context;
+	a.attr = attr->attr;
+	a.comp_mask = IBV_SRQ_INIT_ATTR_PD;
+	a.pd = pd;
+	srq = sv_create_srq_ex(pd->context, &a);
+	if (srq)
+		attr->attr = a.attr;
+	return srq;
+}
+
+SV_EXPORT int ibv_modify_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr, int mask)
+{
+	const char *verb = "ibv_modify_srq";
+	struct sv_srq *srq = sv_srq(ibsrq);
+
+	if (!sv_obj_live(ibsrq, SV_OBJ_SRQ))
+		return sv_fail(EINVAL, verb, "SRQ %p is not live", (void *)ibsrq);
+	if (!attr || mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT))
+		return sv_fail(EINVAL, verb, "attr_mask 0x%x: only IBV_SRQ_MAX_WR and "
+			       "IBV_SRQ_LIMIT can be modified", (unsigned)mask);
+	uint32_t max_wr = mask & IBV_SRQ_MAX_WR ? attr->max_wr : srq->attr.max_wr;
+	if (max_wr < 1 || max_wr > SV_MAX_SRQ_WR)
+		return sv_fail(EINVAL, verb, "max_wr %u is out of range 1..%d", max_wr, SV_MAX_SRQ_WR);
+	/* IBA 10.2.9.2: the limit must not exceed the queue's depth. */
+	if ((mask & IBV_SRQ_LIMIT) && attr->srq_limit > max_wr)
+		return sv_fail(EINVAL, verb, "srq_limit %u exceeds max_wr %u", attr->srq_limit, max_wr);
+	pthread_mutex_lock(&ibsrq->mutex);
+	srq->attr.max_wr = max_wr;
+	if (mask & IBV_SRQ_LIMIT)
+		srq->attr.srq_limit = attr->srq_limit;
+	pthread_mutex_unlock(&ibsrq->mutex);
+	return 0;
+}
+
+SV_EXPORT int ibv_query_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr)
+{
+	if (!sv_obj_live(ibsrq, SV_OBJ_SRQ))
+		return sv_fail(EINVAL, "ibv_query_srq", "SRQ %p is not live", (void *)ibsrq);
+	if (!attr)
+		return sv_fail(EINVAL, "ibv_query_srq", "attr is NULL");
+	pthread_mutex_lock(&ibsrq->mutex);
+	*attr = sv_srq(ibsrq)->attr;
+	pthread_mutex_unlock(&ibsrq->mutex);
+	return 0;
+}
+
+int sv_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+	*bad = wr;
+	return sv_fail(EOPNOTSUPP, "ibv_post_srq_recv", "SRQ %p: the data path is not "
+		       "implemented yet", (void *)srq);
+}
+
+static void srq_free(struct sv_srq *srq)
+{
+	atomic_fetch_sub(&srq->pd->users, 1);
+	atomic_fetch_sub(&sv_ctx(srq->ibsrq.context)->nsrq, 1);
+	pthread_cond_destroy(&srq->ibsrq.cond);
+	pthread_mutex_destroy(&srq->ibsrq.mutex);
+	free(srq);
+}
+
+void sv_srq_release(struct sv_srq *srq)
+{
+	if (sv_obj_del(srq, SV_OBJ_SRQ))
+		srq_free(srq);
+}
+
+SV_EXPORT int ibv_destroy_srq(struct ibv_srq *ibsrq)
+{
+	struct sv_srq *srq = sv_srq(ibsrq);
+
+	if (!sv_obj_live(ibsrq, SV_OBJ_SRQ))
+		return sv_fail(EINVAL, "ibv_destroy_srq", "SRQ %p is not live", (void *)ibsrq);
+	unsigned users = atomic_load(&srq->users);
+	if (users)
+		return sv_fail(EBUSY, "ibv_destroy_srq", "SRQ %p is still attached to %u QPs",
+			       (void *)ibsrq, users);
+	if (!sv_obj_del(srq, SV_OBJ_SRQ))
+		return EINVAL;
+	sv_evq_forget(&sv_ctx(ibsrq->context)->async, srq);
+	pthread_mutex_lock(&ibsrq->mutex);
+	while (ibsrq->events_completed != srq->events_reported)
+		pthread_cond_wait(&ibsrq->cond, &ibsrq->mutex);
+	pthread_mutex_unlock(&ibsrq->mutex);
+	srq_free(srq);
+	return 0;
+}

@@ -1,0 +1,207 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * softverbs: run programs on softverbs, list its devices, show the live
+ * endpoints of this host.
+ *
+ *   softverbs run [--explain] [--roce] [--log LEVEL] -- CMD [ARGS...]
+ *   softverbs devices [-v]
+ *   softverbs status
+ *   softverbs version
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <endian.h>
+#include <errno.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sv.h"
+
+static int usage(FILE *f, int rc)
+{
+	fprintf(f,
+		"usage: softverbs COMMAND\n"
+		"\n"
+		"  run [--explain] [--roce] [--log LEVEL] -- CMD [ARGS...]\n"
+		"      run CMD with softverbs as its libibverbs.so.1 (no install, no root)\n"
+		"  devices [-v]      list softverbs devices (-v: ports and GIDs)\n"
+		"  status            live endpoints and QPs in this host's registry\n"
+		"  version           print the version\n"
+		"\n"
+		"Settings are SOFTVERBS_* variables or a config file; see README.md.\n");
+	return rc;
+}
+
+/* The library sits in ../lib beside bin/softverbs, in the build tree and
+ * in an install alike. */
+static int find_libdir(char *out, size_t len)
+{
+	char exe[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+
+	if (n < 0)
+		return -1;
+	exe[n] = 0;
+	snprintf(out, len, "%s/../lib", dirname(exe));
+	char probe[PATH_MAX + 32];
+	snprintf(probe, sizeof(probe), "%s/libibverbs.so.1", out);
+	if (access(probe, R_OK))
+		return -1;
+	char *real = realpath(out, NULL);
+	if (real) {
+		snprintf(out, len, "%s", real);
+		free(real);
+	}
+	return 0;
+}
+
+static int cmd_run(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "explain", no_argument, NULL, 'e' }, { "roce", no_argument, NULL, 'r' },
+		{ "log", required_argument, NULL, 'l' }, { "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	char libdir[PATH_MAX], path[2 * PATH_MAX];
+	int c;
+
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "+erl:h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'e': setenv("SOFTVERBS_EXPLAIN", "1", 1); break;
+		case 'r': setenv("SOFTVERBS_LINK_LAYER", "roce", 1); break;
+		case 'l': setenv("SOFTVERBS_LOG", optarg, 1); break;
+		case 'h': return usage(stdout, 0);
+		default: return usage(stderr, 2);
+		}
+	}
+	if (optind >= argc) {
+		fprintf(stderr, "softverbs run: no command given (softverbs run -- CMD ...)\n");
+		return 2;
+	}
+	if (find_libdir(libdir, sizeof(libdir))) {
+		fprintf(stderr, "softverbs run: cannot find libibverbs.so.1 in ../lib next to "
+			"this program\n");
+		return 1;
+	}
+	const char *old = getenv("LD_LIBRARY_PATH");
+	snprintf(path, sizeof(path), "%s%s%s", libdir, old && *old ? ":" : "", old ? old : "");
+	setenv("LD_LIBRARY_PATH", path, 1);
+	execvp(argv[optind], argv + optind);
+	fprintf(stderr, "softverbs run: %s: %s\n", argv[optind], strerror(errno));
+	return 127;
+}
+
+static const char *mtu_str(enum ibv_mtu m)
+{
+	static const char *const s[] = { "?", "256", "512", "1024", "2048", "4096" };
+	return (unsigned)m < SV_ARRAY_SIZE(s) ? s[m] : "?";
+}
+
+static void print_gids(struct ibv_context *ctx)
+{
+	for (int i = 0; i < SV_GID_TBL_LEN; i++) {
+		struct ibv_gid_entry e;
+		char buf[INET6_ADDRSTRLEN];
+
+		if (ibv_query_gid_ex(ctx, SV_PORT, (uint32_t)i, &e, 0))
+			continue;
+		inet_ntop(AF_INET6, e.gid.raw, buf, sizeof(buf));
+		printf("      GID[%2d] %-40s %s\n", i, buf,
+		       e.gid_type == IBV_GID_TYPE_ROCE_V2 ? "RoCEv2" : "IB");
+	}
+}
+
+static int cmd_devices(int argc, char **argv)
+{
+	bool verbose = argc > 1 && !strcmp(argv[1], "-v");
+	int n;
+	struct ibv_device **list = ibv_get_device_list(&n);
+
+	if (!list) {
+		perror("softverbs devices");
+		return 1;
+	}
+	if (!n)
+		printf("no softverbs devices (SOFTVERBS_DEVICES=0)\n");
+	for (int i = 0; i < n; i++) {
+		struct ibv_context *ctx = ibv_open_device(list[i]);
+		struct ibv_port_attr pa;
+
+		if (!ctx) {
+			printf("%-12s cannot open: %s\n", ibv_get_device_name(list[i]), strerror(errno));
+			continue;
+		}
+		ibv_query_port(ctx, SV_PORT, &pa);
+		printf("%-12s guid %016llx  port 1 %s  %s  mtu %s  lid %u\n",
+		       ibv_get_device_name(list[i]),
+		       (unsigned long long)be64toh(ibv_get_device_guid(list[i])),
+		       ibv_port_state_str(pa.state),
+		       pa.link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE (Ethernet)" : "InfiniBand",
+		       mtu_str(pa.active_mtu), pa.lid);
+		if (verbose)
+			print_gids(ctx);
+		ibv_close_device(ctx);
+	}
+	ibv_free_device_list(list);
+	return 0;
+}
+
+static int cmd_status(void)
+{
+	static struct sv_reg_ep_info eps[SV_HOST_MAX_ENDPOINTS];
+	static struct sv_reg_qp_info qps[SV_HOST_MAX_QP];
+	int reclaimed = sv_reg_sweep();
+
+	if (reclaimed < 0) {
+		fprintf(stderr, "softverbs status: cannot open the host registry %s\n", sv_reg_path());
+		return 1;
+	}
+	int ne = sv_reg_list_eps(eps, (int)SV_ARRAY_SIZE(eps));
+	int nq = sv_reg_list_qps(qps, (int)SV_ARRAY_SIZE(qps));
+
+	printf("registry %s: %d endpoints, %d QPs", sv_reg_path(), ne, nq);
+	if (reclaimed)
+		printf(" (%d stale entries of dead processes reclaimed)", reclaimed);
+	printf("\n");
+	if (ne > 0)
+		printf("\n%-8s %-8s %-10s %s\n", "ENDPOINT", "PID", "DEVICE", "QPS");
+	for (int i = 0; i < ne; i++) {
+		struct sv_device *d = sv_device_at((int)eps[i].dev_index);
+		printf("%-8u %-8d %-10s %u\n", eps[i].index, eps[i].pid,
+		       d ? d->ibdev.name : "?", eps[i].nqps);
+	}
+	if (nq > 0)
+		printf("\n%-8s %-6s %-6s %-8s %s\n", "QPN", "TYPE", "STATE", "PID", "ENDPOINT");
+	for (int i = 0; i < nq; i++)
+		printf("0x%06x %-6s %-6s %-8d %u\n", qps[i].qpn,
+		       sv_qp_type_name((enum ibv_qp_type)qps[i].qp_type),
+		       sv_qp_state_name((enum ibv_qp_state)qps[i].state), qps[i].pid, qps[i].ep);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2)
+		return usage(stderr, 2);
+	const char *cmd = argv[1];
+	if (!strcmp(cmd, "run"))
+		return cmd_run(argc - 1, argv + 1);
+	if (!strcmp(cmd, "devices"))
+		return cmd_devices(argc - 1, argv + 1);
+	if (!strcmp(cmd, "status"))
+		return cmd_status();
+	if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+		printf("softverbs %s (rdma-core 44 ABI)\n", SV_VERSION_STRING);
+		return 0;
+	}
+	if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h"))
+		return usage(stdout, 0);
+	fprintf(stderr, "softverbs: unknown command \"%s\"\n", cmd);
+	return usage(stderr, 2);
+}

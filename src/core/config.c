@@ -20,12 +20,10 @@
 static struct sv_config cfg;
 static pthread_once_t cfg_once = PTHREAD_ONCE_INIT;
 
-/* Complaints are collected first and printed once the log level is known. */
-static void bad_value(const char *where, const char *key, const char *val,
-		      const char *accepted)
+static void bad_value(const char *where, const char *val, const char *accepted)
 {
-	fprintf(stderr, "softverbs: %s: %s=\"%s\" is not valid (%s); using the default\n",
-		where, key, val, accepted);
+	fprintf(stderr, "softverbs: %s=\"%s\" is not valid (%s); using the default\n",
+		where, val, accepted);
 }
 
 static bool parse_uint(const char *s, unsigned long max, unsigned long *out)
@@ -170,16 +168,17 @@ static const struct setting settings[] = {
 	{ "registry", set_registry, "a /dev/shm file name without '/'" },
 };
 
+/* `where` names the source for messages: a variable, or "file:line key". */
 static void apply(const char *where, const char *key, const char *val)
 {
 	for (size_t i = 0; i < SV_ARRAY_SIZE(settings); i++) {
 		if (strcasecmp(settings[i].key, key))
 			continue;
 		if (!settings[i].apply(val))
-			bad_value(where, key, val, settings[i].accepted);
+			bad_value(where, val, settings[i].accepted);
 		return;
 	}
-	fprintf(stderr, "softverbs: %s: unknown setting \"%s\" ignored\n", where, key);
+	fprintf(stderr, "softverbs: %s: unknown setting, ignored\n", where);
 }
 
 static char *trim(char *s)
@@ -210,13 +209,13 @@ static void read_file(const char *path, bool must_exist)
 		lineno++;
 		if (!*s || *s == '#')
 			continue;
-		snprintf(where, sizeof(where), "%s:%d", path, lineno);
 		eq = strchr(s, '=');
 		if (!eq) {
-			fprintf(stderr, "softverbs: %s: expected \"key = value\"\n", where);
+			fprintf(stderr, "softverbs: %s:%d: expected \"key = value\"\n", path, lineno);
 			continue;
 		}
 		*eq = 0;
+		snprintf(where, sizeof(where), "%s:%d: %s", path, lineno, trim(s));
 		apply(where, trim(s), trim(eq + 1));
 	}
 	fclose(f);

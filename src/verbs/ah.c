@@ -104,17 +104,42 @@ SV_EXPORT int ibv_destroy_ah(struct ibv_ah *ibah)
 	return 0;
 }
 
+/* The IPv4 header checksum (RFC 791): the ones' complement sum. */
+static uint16_t ipv4_csum(const uint8_t *h)
+{
+	uint32_t sum = 0;
+
+	for (int i = 0; i < 20; i += 2)
+		sum += (uint32_t)(h[i] << 8 | h[i + 1]);
+	while (sum >> 16)
+		sum = (sum & 0xffff) + (sum >> 16);
+	return (uint16_t)~sum;
+}
+
 /*
- * The GRH a UD receive buffer starts with (IBA 8.3.1).  For RoCEv2 over
- * IPv4 its last 20 bytes hold the IPv4 header instead, which rdma-core
- * recognises by the IP version nibble.
+ * The 40 bytes a UD receive buffer starts with: a GRH (IBA 8.3.1), or for
+ * RoCEv2 over IPv4 an IPv4 header in the last 20 bytes.  As rdma-core
+ * does, a buffer whose IPv6 version nibble is 6 is still IPv4 when its last
+ * 20 bytes are a 5-word IPv4 header with a valid checksum; a GID alone
+ * can look like either.
  */
-static void grh_to_gids(const struct ibv_grh *grh, union ibv_gid *sgid, union ibv_gid *dgid,
-			uint32_t *flow, uint8_t *tclass, uint8_t *hops)
+static int grh_version(const struct ibv_grh *grh)
+{
+	const uint8_t *ip4 = (const uint8_t *)grh + 20;
+	bool v4 = (ip4[0] >> 4) == 4;
+
+	if ((ntohl(grh->version_tclass_flow) >> 28) != 6)
+		return v4 ? 4 : -1;
+	return v4 && (ip4[0] & 0xf) == 5 && ipv4_csum(ip4) == 0 ? 4 : 6;
+}
+
+static int grh_to_gids(const struct ibv_grh *grh, union ibv_gid *sgid, union ibv_gid *dgid,
+		       uint32_t *flow, uint8_t *tclass)
 {
 	const uint8_t *ip4 = (const uint8_t *)grh + 20;
 
-	if ((ip4[0] >> 4) == 4) {
+	switch (grh_version(grh)) {
+	case 4:
 		memset(sgid, 0, sizeof(*sgid));
 		memset(dgid, 0, sizeof(*dgid));
 		sgid->raw[10] = sgid->raw[11] = dgid->raw[10] = dgid->raw[11] = 0xff;
@@ -122,15 +147,16 @@ static void grh_to_gids(const struct ibv_grh *grh, union ibv_gid *sgid, union ib
 		memcpy(&dgid->raw[12], ip4 + 16, 4);
 		*flow = 0;
 		*tclass = ip4[1];
-		*hops = ip4[8];
-		return;
+		return 0;
+	case 6:
+		*sgid = grh->sgid;
+		*dgid = grh->dgid;
+		*flow = ntohl(grh->version_tclass_flow) & 0xfffff;
+		*tclass = (uint8_t)(ntohl(grh->version_tclass_flow) >> 20);
+		return 0;
+	default:
+		return EPROTONOSUPPORT;
 	}
-	uint32_t vtf = ntohl(grh->version_tclass_flow);
-	*sgid = grh->sgid;
-	*dgid = grh->dgid;
-	*flow = vtf & 0xfffff;
-	*tclass = (uint8_t)(vtf >> 20);
-	*hops = grh->hop_limit;
 }
 
 SV_EXPORT int ibv_init_ah_from_wc(struct ibv_context *ctx, uint8_t port, struct ibv_wc *wc,
@@ -150,8 +176,9 @@ SV_EXPORT int ibv_init_ah_from_wc(struct ibv_context *ctx, uint8_t port, struct 
 	if (!(wc->wc_flags & IBV_WC_GRH))
 		return 0;
 	union ibv_gid sgid, dgid;
-	uint8_t hops;
-	grh_to_gids(grh, &sgid, &dgid, &ah->grh.flow_label, &ah->grh.traffic_class, &hops);
+	if (grh_to_gids(grh, &sgid, &dgid, &ah->grh.flow_label, &ah->grh.traffic_class))
+		return sv_fail(EPROTONOSUPPORT, verb, "the receive buffer holds neither an IPv6 "
+			       "GRH nor an IPv4 header"), -1;
 	/* The reply goes back to the sender: our GID is the packet's dgid. */
 	int idx = sv_gid_find(sv_ctx(ctx)->dev, &dgid);
 	if (idx < 0)

@@ -321,7 +321,8 @@ static void apply_attrs(struct sv_qp *qp, const struct ibv_qp_attr *a, int mask)
 }
 
 /* Side effects of entering a state (IBA 10.3.1, 11.6.3). */
-static void enter_state(struct sv_qp *qp, enum ibv_qp_state cur, enum ibv_qp_state next)
+static void enter_state(struct sv_qp *qp, enum ibv_qp_state cur, enum ibv_qp_state next,
+			const struct ibv_qp_attr *a, int mask)
 {
 	struct ibv_qp *ib = &qp->ex.qp_base;
 
@@ -338,8 +339,11 @@ static void enter_state(struct sv_qp *qp, enum ibv_qp_state cur, enum ibv_qp_sta
 			sv_async_event(ib->context, ib, IBV_EVENT_QP_LAST_WQE_REACHED);
 		break;
 	case IBV_QPS_SQD:
-		/* The send queue is empty, so it is drained at once. */
-		if (cur == IBV_QPS_RTS && qp->attr.en_sqd_async_notify)
+		/* The send queue is empty, so it is drained at once.  The event
+		 * is asked for per transition (IBA 11.2.5, "Enable SQD Affiliated
+		 * Asynchronous Event"), not remembered. */
+		if (cur == IBV_QPS_RTS && (mask & IBV_QP_EN_SQD_ASYNC_NOTIFY) &&
+		    a->en_sqd_async_notify)
 			sv_async_event(ib->context, ib, IBV_EVENT_SQ_DRAINED);
 		break;
 	default:
@@ -387,7 +391,7 @@ SV_EXPORT int ibv_modify_qp(struct ibv_qp *ib, struct ibv_qp_attr *attr, int mas
 		goto out;
 	}
 	apply_attrs(qp, attr, mask);
-	enter_state(qp, cur, next);
+	enter_state(qp, cur, next, attr, mask);
 	sv_dbg("qpn 0x%x: %s -> %s", ib->qp_num, sv_qp_state_name(cur), sv_qp_state_name(next));
 out:
 	pthread_mutex_unlock(&qp->lock);

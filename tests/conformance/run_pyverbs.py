@@ -1,0 +1,112 @@
+#!/usr/bin/python3
+"""rdma-core's own pyverbs suite (Debian ships it in
+/usr/share/doc/rdma-core/tests) run against softverbs.
+
+It runs the generic tests -- every module that is not mlx5- or
+EFA-specific -- once with the InfiniBand link layer and once with RoCE,
+prints pass/fail/skip counts and the skip reasons, and fails when:
+  - a test fails that expected.txt does not list, with its reason;
+  - a test that expected.txt lists now passes (the list must shrink);
+  - a non-traffic test of test_device, test_pd, test_mr, test_cq or
+    test_addr fails at all.
+"""
+import argparse
+import collections
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+SUITE = '/usr/share/doc/rdma-core/tests'
+HERE = os.path.dirname(os.path.abspath(__file__))
+CORE_MODULES = {'test_device', 'test_pd', 'test_mr', 'test_cq', 'test_addr'}
+
+
+def prepare(dst):
+    if os.path.exists(dst):
+        shutil.rmtree(dst)
+    shutil.copytree(SUITE, dst)
+    for name in os.listdir(dst):
+        if name.endswith('.gz'):
+            path = os.path.join(dst, name)
+            with gzip.open(path, 'rb') as src, open(path[:-3], 'wb') as out:
+                out.write(src.read())
+            os.unlink(path)
+    shutil.copy(os.path.join(HERE, 'pyverbs_driver.py'), dst)
+    return sorted(n[:-3] for n in os.listdir(dst)
+                  if n.startswith('test_') and n.endswith('.py')
+                  and 'mlx5' not in n and 'efa' not in n)
+
+
+def load_expected():
+    expected = {}
+    with open(os.path.join(HERE, 'expected.txt')) as f:
+        for line in f:
+            line = line.split('#', 1)[0].strip()
+            if line:
+                test_id, reason = line.split(None, 1)
+                expected[test_id] = reason
+    return expected
+
+
+def run(dst, modules, link, build):
+    env = dict(os.environ)
+    env['LD_LIBRARY_PATH'] = os.path.join(build, 'lib')
+    env['SOFTVERBS_LINK_LAYER'] = link
+    env['PYTHONDONTWRITEBYTECODE'] = '1'
+    if env.get('SV_ASAN_RT'):
+        env['LD_PRELOAD'] = env['SV_ASAN_RT']
+        env['ASAN_OPTIONS'] = 'detect_leaks=0:verify_asan_link_order=0'
+    p = subprocess.run(['/usr/bin/python3', os.path.join(dst, 'pyverbs_driver.py')] + modules,
+                       cwd=dst, env=env, capture_output=True, text=True, timeout=800)
+    results = []
+    for line in p.stdout.splitlines():
+        if line.startswith('{'):
+            results.append(json.loads(line))
+    if p.returncode != 0 or not results:
+        print(p.stdout[-3000:], p.stderr[-3000:])
+        sys.exit('pyverbs driver failed (rc %d) in %s mode' % (p.returncode, link))
+    return results
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument('--build', required=True)
+    ap.add_argument('--links', default='ib,roce')
+    args = ap.parse_args()
+    build = os.path.abspath(args.build)
+    dst = os.path.join(build, 'pyverbs-tests')
+    modules = prepare(dst)
+    expected = load_expected()
+    problems = []
+    for link in args.links.split(','):
+        results = run(dst, modules, link, build)
+        counts = collections.Counter(r['outcome'] for r in results)
+        skips = collections.Counter(r['detail'] for r in results if r['outcome'] == 'skip')
+        print('== pyverbs generic suite, link layer %s: %d tests' % (link, len(results)))
+        for r in results:
+            tid, out = r['id'].removeprefix('tests.'), r['outcome']
+            core = tid.split('.')[0] in CORE_MODULES
+            if out in ('fail', 'error'):
+                if tid in expected:
+                    print('  expected %-5s %s  [%s]' % (out, tid, expected[tid]))
+                else:
+                    problems.append('%s: %s %s\n%s' % (link, out.upper(), tid, r['detail']))
+                if core and not expected.get(tid, '').startswith('data-path'):
+                    problems.append('%s: core non-traffic test %s did not pass' % (link, tid))
+            elif out == 'pass' and tid in expected:
+                problems.append('%s: %s passes now; remove it from expected.txt' % (link, tid))
+        print('  skip reasons:')
+        for reason, n in skips.most_common():
+            print('    %3d  %s' % (n, reason))
+        print('  %s: %d passed, %d failed, %d errors, %d skipped' % (
+            link, counts['pass'], counts['fail'], counts['error'], counts['skip']))
+    for p in problems:
+        print('PROBLEM', p)
+    sys.exit(1 if problems else 0)
+
+
+if __name__ == '__main__':
+    main()

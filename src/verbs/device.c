@@ -95,10 +95,13 @@ static void init_devices(void)
 		d->guid = 0x5356000000000000ull | ((h & 0xffffffffffull) << 8) | (uint64_t)i;
 		ib->node_type = IBV_NODE_CA;
 		ib->transport_type = IBV_TRANSPORT_IB;
-		snprintf(ib->name, sizeof(ib->name), "%s%d", c->dev_prefix, i);
+		char name[sizeof(ib->name)];
+
+		snprintf(name, sizeof(name), "%s%d", c->dev_prefix, i);
+		memcpy(ib->name, name, sizeof(name));
 		snprintf(ib->dev_name, sizeof(ib->dev_name), "uverbs%d", i);
 		snprintf(ib->dev_path, sizeof(ib->dev_path), "/dev/infiniband/uverbs%d", i);
-		snprintf(ib->ibdev_path, sizeof(ib->ibdev_path), "/sys/class/infiniband/%s", ib->name);
+		snprintf(ib->ibdev_path, sizeof(ib->ibdev_path), "/sys/class/infiniband/%s", name);
 		fill_gids(d);
 	}
 }

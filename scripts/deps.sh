@@ -1,0 +1,21 @@
+#!/bin/bash
+# Installs the Debian 12 packages softverbs builds and tests with, if any
+# is missing.  Run as root (or through sudo).
+set -euo pipefail
+pkgs=(
+	build-essential cmake pkg-config python3
+	libibverbs-dev   # the ABI contract: <infiniband/verbs.h> of rdma-core 44
+	libcmocka-dev    # unit tests
+	ibverbs-utils perftest qperf rdmacm-utils  # real clients for the integration tests
+	rdma-core python3-pyverbs                  # rdma-core's own conformance suite
+)
+missing=()
+for p in "${pkgs[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	echo "softverbs: installing ${missing[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -q
+	apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi

@@ -57,6 +57,7 @@ struct sv_config {
 };
 
 const struct sv_config *sv_config(void);
+uint64_t sv_host_hash(void);
 
 /* ------------------------------------------------------------------ */
 /* core/log.c: leveled logs and explain mode, stderr only              */
@@ -332,6 +333,11 @@ int sv_query_port_op(struct ibv_context *ctx, uint8_t port,
 
 /* verbs/context.c */
 bool sv_context_live(struct ibv_context *ctx, const char *verb);
+/* Destroy verbs: drop obj's unread events, then wait until every event
+ * read so far has been acknowledged (rdma-core's destroy contract). */
+void sv_events_settle(struct ibv_context *ctx, struct sv_evq *chq, const void *obj,
+		      pthread_mutex_t *m, pthread_cond_t *c,
+		      const uint32_t *acked, const uint32_t *reported);
 int sv_async_event(struct ibv_context *ctx, void *obj, enum ibv_event_type type);
 
 /* verbs/pd.c */

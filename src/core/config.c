@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "../sv.h"
 
@@ -256,6 +257,26 @@ static void load(void)
 		if (p)
 			apply(var, settings[i].key, p);
 	}
+}
+
+/*
+ * A stable 64-bit identity of this host (FNV-1a of /etc/machine-id, or of
+ * the host name without one).  Every process on the host derives the same
+ * GUIDs and LIDs from it.
+ */
+uint64_t sv_host_hash(void)
+{
+	char id[256] = "";
+	uint64_t h = 1469598103934665603ull;
+	FILE *f = fopen("/etc/machine-id", "re");
+
+	if (!f || !fgets(id, sizeof(id), f))
+		gethostname(id, sizeof(id) - 1);
+	if (f)
+		fclose(f);
+	for (const char *p = id; *p && *p != '\n'; p++)
+		h = (h ^ (uint8_t)*p) * 1099511628211ull;
+	return h;
 }
 
 const struct sv_config *sv_config(void)

@@ -195,20 +195,11 @@ static void reg_unlock(void)
 static uint16_t derive_lid(unsigned dev)
 {
 	const struct sv_config *c = sv_config();
-	char host[256] = "";
-	uint32_t h = 2166136261u;	/* FNV-1a of the machine id, else the host name */
-	FILE *f = fopen("/etc/machine-id", "re");
 
 	if (c->lid)
 		return (uint16_t)(c->lid + dev > SV_LID_MAX_UNICAST ? c->lid : c->lid + dev);
-	if (!f || !fgets(host, sizeof(host), f))
-		gethostname(host, sizeof(host) - 1);
-	if (f)
-		fclose(f);
-	for (const char *p = host; *p && *p != '\n'; p++)
-		h = (h ^ (uint8_t)*p) * 16777619u;
 	/* Leave room above for the other devices of this host. */
-	return (uint16_t)(1 + (h + dev) % (SV_LID_MAX_UNICAST - SV_MAX_DEVICES));
+	return (uint16_t)(1 + (sv_host_hash() + dev) % (SV_LID_MAX_UNICAST - SV_MAX_DEVICES));
 }
 
 static int init_region(int fd, struct stat *st)

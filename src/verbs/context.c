@@ -143,6 +143,19 @@ SV_EXPORT int ibv_close_device(struct ibv_context *ctx)
 
 /* ---- asynchronous events ---- */
 
+void sv_events_settle(struct ibv_context *ctx, struct sv_evq *chq, const void *obj,
+		      pthread_mutex_t *m, pthread_cond_t *c,
+		      const uint32_t *acked, const uint32_t *reported)
+{
+	if (chq)
+		sv_evq_forget(chq, obj);
+	sv_evq_forget(&sv_ctx(ctx)->async, obj);
+	pthread_mutex_lock(m);
+	while (*acked != *reported)
+		pthread_cond_wait(c, m);
+	pthread_mutex_unlock(m);
+}
+
 int sv_async_event(struct ibv_context *ctx, void *obj, enum ibv_event_type type)
 {
 	struct sv_context *c = sv_ctx(ctx);

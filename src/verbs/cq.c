@@ -402,14 +402,10 @@ SV_EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq)
 		return EINVAL;
 	/* Events not yet read die with the CQ; events read must be acked
 	 * before it can go (rdma-core ibv_destroy_cq). */
-	if (cq->ch)
-		sv_evq_forget(&cq->ch->q, cq);
-	sv_evq_forget(&sv_ctx(ibcq->context)->async, cq);
-	pthread_mutex_lock(&ibcq->mutex);
-	while (ibcq->comp_events_completed != cq->comp_events_reported ||
-	       ibcq->async_events_completed != cq->async_events_reported)
-		pthread_cond_wait(&ibcq->cond, &ibcq->mutex);
-	pthread_mutex_unlock(&ibcq->mutex);
+	sv_events_settle(ibcq->context, cq->ch ? &cq->ch->q : NULL, cq, &ibcq->mutex, &ibcq->cond,
+			 &ibcq->comp_events_completed, &cq->comp_events_reported);
+	sv_events_settle(ibcq->context, NULL, cq, &ibcq->mutex, &ibcq->cond,
+			 &ibcq->async_events_completed, &cq->async_events_reported);
 	cq_free(cq);
 	return 0;
 }

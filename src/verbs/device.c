@@ -35,21 +35,6 @@ static struct gid_slot gids[SV_MAX_DEVICES][SV_GID_TBL_LEN];
 static int ndevices;
 static pthread_once_t dev_once = PTHREAD_ONCE_INIT;
 
-static uint64_t host_hash(void)
-{
-	char id[256] = "";
-	uint64_t h = 1469598103934665603ull;	/* FNV-1a 64 */
-	FILE *f = fopen("/etc/machine-id", "re");
-
-	if (!f || !fgets(id, sizeof(id), f))
-		gethostname(id, sizeof(id) - 1);
-	if (f)
-		fclose(f);
-	for (const char *p = id; *p && *p != '\n'; p++)
-		h = (h ^ (uint8_t)*p) * 1099511628211ull;
-	return h;
-}
-
 static void fill_gids(struct sv_device *d)
 {
 	struct gid_slot *g = gids[d->index];
@@ -82,7 +67,7 @@ static void fill_gids(struct sv_device *d)
 static void init_devices(void)
 {
 	const struct sv_config *c = sv_config();
-	uint64_t h = host_hash();
+	uint64_t h = sv_host_hash();
 
 	ndevices = c->num_devices;
 	for (int i = 0; i < ndevices; i++) {

@@ -472,11 +472,8 @@ SV_EXPORT int ibv_destroy_qp(struct ibv_qp *ib)
 			       (void *)ib);
 	/* Unread events die with the QP; read ones must be acked first
 	 * (rdma-core ibv_destroy_qp waits the same way). */
-	sv_evq_forget(&sv_ctx(ib->context)->async, qp);
-	pthread_mutex_lock(&ib->mutex);
-	while (ib->events_completed != qp->events_reported)
-		pthread_cond_wait(&ib->cond, &ib->mutex);
-	pthread_mutex_unlock(&ib->mutex);
+	sv_events_settle(ib->context, NULL, qp, &ib->mutex, &ib->cond, &ib->events_completed,
+			 &qp->events_reported);
 	qp_free(qp);
 	return 0;
 }

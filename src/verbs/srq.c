@@ -153,11 +153,8 @@ SV_EXPORT int ibv_destroy_srq(struct ibv_srq *ibsrq)
 			       (void *)ibsrq, users);
 	if (!sv_obj_del(srq, SV_OBJ_SRQ))
 		return EINVAL;
-	sv_evq_forget(&sv_ctx(ibsrq->context)->async, srq);
-	pthread_mutex_lock(&ibsrq->mutex);
-	while (ibsrq->events_completed != srq->events_reported)
-		pthread_cond_wait(&ibsrq->cond, &ibsrq->mutex);
-	pthread_mutex_unlock(&ibsrq->mutex);
+	sv_events_settle(ibsrq->context, NULL, srq, &ibsrq->mutex, &ibsrq->cond,
+			 &ibsrq->events_completed, &srq->events_reported);
 	srq_free(srq);
 	return 0;
 }

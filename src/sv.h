@@ -17,9 +17,11 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/uio.h>
 #include <stdint.h>
 
 #include "core/params.h"
+#include "transport/shm/shm.h"
 
 #define SV_EXPORT __attribute__((visibility("default")))
 #define SV_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
@@ -69,6 +71,9 @@ void sv_log(enum sv_log_level lvl, const char *fmt, ...) SV_PRINTF(2, 3);
  * returns err.  The message names the object, the cause and the fix. */
 int sv_fail(int err, const char *verb, const char *fmt, ...) SV_PRINTF(3, 4);
 void *sv_fail_null(int err, const char *verb, const char *fmt, ...) SV_PRINTF(3, 4);
+/* An explain line about something other than a verb's return (an error
+ * completion, say); errno is left alone. */
+void sv_explain(const char *what, const char *fmt, ...) SV_PRINTF(2, 3);
 int sv_parse_log_level(const char *s);
 
 #define sv_dbg(...)  sv_log(SV_LOG_DEBUG, __VA_ARGS__)
@@ -152,6 +157,8 @@ uint16_t sv_reg_lid(unsigned dev_index);
 int sv_reg_ep_attach(unsigned dev_index, uint32_t *ep);
 void sv_reg_ep_detach(uint32_t ep);
 int sv_reg_qpn_alloc(uint32_t ep, enum ibv_qp_type type, uint32_t *qpn);
+/* The endpoint owning qpn: 0, or ENOENT when no live process owns it. */
+int sv_reg_qpn_owner(uint32_t qpn, struct sv_reg_ep_info *out);
 void sv_reg_qpn_free(uint32_t qpn);
 void sv_reg_qpn_set_state(uint32_t qpn, enum ibv_qp_state state);
 /* Reclaims the entries of dead processes; returns how many. */
@@ -223,9 +230,30 @@ struct sv_device {
 	uint64_t guid;			/* host order */
 };
 
+struct sv_seg_extent {
+	uint64_t off, len, t;
+};
+
+/* The owner's view of its shared segment. */
+struct sv_seg {
+	struct shm_hdr *h;
+	pthread_mutex_t lock;		/* the allocator */
+	uint64_t heap_end;
+	struct sv_seg_extent *free, *quar;
+	uint32_t nfree, cap, nquar, quar_cap;
+};
+
 struct sv_context {
 	struct verbs_context vctx;	/* vctx.context is what apps hold */
 	struct sv_device *dev;
+	struct sv_seg seg;
+	pthread_mutex_t lock;		/* the object lists below */
+	struct sv_cq *cqs;
+	struct sv_qp *qps;
+	struct sv_srq *srqs;
+	pthread_t progress;
+	bool progress_started;
+	atomic_bool stopping;
 	struct sv_evq async;		/* behind context.async_fd */
 	uint32_t ep;			/* host registry endpoint */
 	struct sv_keytab mrs;		/* lkey/rkey -> MR */
@@ -249,39 +277,62 @@ struct sv_channel {
 	struct sv_evq q;
 };
 
-struct sv_cqe {
-	uint64_t wr_id;
-	uint64_t ts;
-	uint32_t status, opcode, vendor_err, byte_len;
-	uint32_t imm, qp_num, src_qp, wc_flags;
-	uint16_t pkey_index, slid;
-	uint8_t sl, dlid_path_bits;
-};
-
 struct sv_cq {
 	struct ibv_cq_ex ex;		/* ibv_cq_ex_to_cq() is a cast */
+	struct sv_context *ctx;
 	struct sv_channel *ch;
-	pthread_mutex_t qlock;
-	struct sv_cqe *ring;
-	uint32_t size, head, count;	/* size = ring slots */
+	struct shm_cq *sh;		/* the ring, in the context's segment */
+	uint64_t sh_off, sh_bytes;
 	uint64_t wc_flags;
 	atomic_uint users;		/* QPs using it */
-	int armed;			/* 0, IBV_SEND_SOLICITED-only 2, any 1 */
 	uint32_t comp_events_reported;	/* guarded by ex.mutex */
 	uint32_t async_events_reported;
-	struct sv_cqe *cur;		/* the entry start_poll/next_poll hold */
+	struct shm_cqe *cur;		/* the entry start_poll/next_poll hold */
+	struct sv_cq *next;		/* context's list, under ctx->lock */
 };
 
 struct sv_srq {
 	struct ibv_srq ibsrq;
 	struct sv_pd *pd;
 	struct ibv_srq_attr attr;
+	struct shm_wq *wq;
+	uint64_t wq_off, wq_bytes;
+	struct sv_srq *next;		/* context's list, under ctx->lock */
 	atomic_uint users;		/* QPs using it */
 	uint32_t events_reported;
 };
 
+/* A send WQE as queued: the WR copied, SGEs and inline data after it. */
+struct sv_swqe {
+	uint64_t wr_id;
+	uint32_t opcode, send_flags;
+	uint32_t imm;			/* big endian, as posted */
+	uint32_t num_sge;
+	uint32_t inline_len;
+	uint32_t rkey;
+	uint64_t remote_addr;
+	uint64_t compare_add, swap;
+	uint32_t remote_qpn, remote_qkey;
+	struct ibv_ah_attr av;		/* UD destination */
+	int rnr_left;			/* RNR retries left; -1 = infinite */
+	int retry_left;			/* transport retries left */
+	uint64_t rnr_deadline;		/* CLOCK_MONOTONIC ns of the next try */
+	struct ibv_sge sge[];		/* num_sge entries, then inline bytes */
+};
+
 struct sv_qp {
 	struct ibv_qp_ex ex;		/* ex.qp_base is the ibv_qp */
+	struct sv_context *ctx;
+	struct shm_qp *sh;		/* what initiators see */
+	uint64_t sh_off;
+	struct shm_wq *rq;		/* own receive queue, NULL with an SRQ */
+	uint64_t rq_off, rq_bytes;
+	/* The send queue is private: only this process executes it. */
+	pthread_mutex_t sq_lock;
+	char *sq;
+	uint32_t sq_size, sq_stride, sq_head, sq_count;
+	bool rnr_waiting;		/* head WQE waits for an RNR timer */
+	struct sv_qp *next;		/* context's list, under ctx->lock */
 	bool has_ex;			/* created with SEND_OPS_FLAGS */
 	uint64_t send_ops_flags;
 	struct sv_pd *pd;
@@ -312,6 +363,53 @@ static inline struct sv_context *sv_ctx(struct ibv_context *c)
 #define sv_srq(p) ((struct sv_srq *)(p))
 #define sv_qp(p)  ((struct sv_qp *)(p))
 #define sv_ah(p)  ((struct sv_ah *)(p))
+
+/* transport/shm/seg.c */
+void sv_seg_name(char *buf, size_t len, int32_t pid, uint32_t ep);
+int sv_seg_create(struct sv_seg *s, uint32_t ep);
+void sv_seg_destroy(struct sv_seg *s);
+uint64_t sv_seg_alloc(struct sv_seg *s, uint64_t size);
+void sv_seg_free(struct sv_seg *s, uint64_t off, uint64_t size);
+struct shm_wq *sv_seg_new_wq(struct sv_seg *s, uint32_t size, uint32_t max_sge, uint64_t *off);
+uint64_t sv_seg_wq_bytes(const struct shm_wq *wq);
+/* Where a queue's slots start when they are still in its first block. */
+uint64_t sv_seg_wq_slots(uint64_t wq_off);
+void sv_seg_register_local(struct shm_hdr *h, bool add);
+struct shm_hdr *sv_seg_peer(uint32_t ep, int32_t pid, uint64_t start_time);
+struct shm_qp *sv_seg_qp(const struct shm_hdr *h, uint32_t qpn);
+void sv_seg_publish_qp(struct shm_hdr *h, uint32_t qpn, uint64_t off);
+void sv_seg_ring(struct shm_hdr *h);
+void sv_shm_mutex_init(pthread_mutex_t *m);	/* robust, process-shared */
+void sv_shm_lock(pthread_mutex_t *m);
+void sv_shm_unlock(pthread_mutex_t *m);
+
+/* transport/shm/copy.c: moving bytes between processes */
+/* Copies local -> remote (write) or remote -> local (read) in process pid;
+ * 0 or an errno. */
+int sv_copy_to(int32_t pid, const struct iovec *l, int nl, const struct iovec *r, int nr);
+int sv_copy_from(int32_t pid, const struct iovec *l, int nl, const struct iovec *r, int nr);
+
+/* engine/comp.c: completions */
+uint64_t sv_now_ns(void);
+/* Adds a completion to a CQ in segment h; raises the channel event when
+ * armed.  Returns false on overrun. */
+bool sv_cq_push(struct shm_hdr *h, struct shm_cq *cq, const struct shm_cqe *e);
+/* Removes every completion of QP qpn from a CQ (a QP entering RESET). */
+void sv_cq_clean(struct shm_hdr *h, struct shm_cq *cq, uint32_t qpn);
+/* Completes every WQE of a receive queue with IBV_WC_WR_FLUSH_ERR. */
+void sv_flush_rq(struct sv_qp *qp);
+
+/* engine/req.c: the requester */
+void sv_sq_progress(struct sv_qp *qp);
+void sv_sq_flush(struct sv_qp *qp);
+uint64_t sv_rnr_delay_ns(unsigned min_rnr_timer);
+
+/* engine/progress.c: the per-context progress thread */
+int sv_progress_start(struct sv_context *c);
+void sv_progress_stop(struct sv_context *c);
+/* Moves a QP to ERR from the engine, with its flushes and events. */
+void sv_qp_to_err(struct sv_qp *qp, int ev);	/* ev: an ibv_event_type, or -1 */
+void sv_qp_sync(struct sv_qp *qp);
 
 /* verbs/device.c */
 struct sv_device *sv_device_get(struct ibv_device *d);
@@ -358,6 +456,7 @@ void sv_channel_release(struct sv_channel *ch);
 /* verbs/srq.c */
 struct ibv_srq *sv_create_srq_ex(struct ibv_context *ctx, struct ibv_srq_init_attr_ex *attr);
 int sv_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
+int sv_wq_post(struct shm_hdr *h, struct shm_wq *wq, const struct ibv_recv_wr *wr, const char **why);
 int sv_get_srq_num(struct ibv_srq *srq, uint32_t *num);
 void sv_srq_release(struct sv_srq *srq);
 

@@ -71,6 +71,21 @@ static void explain(int err, const char *verb, const char *fmt, va_list ap)
 	emit(prefix, fmt, ap);
 }
 
+void sv_explain(const char *what, const char *fmt, ...)
+{
+	char prefix[160];
+	va_list ap;
+	int saved = errno;
+
+	if (!sv_config()->explain && sv_config()->log_level < SV_LOG_DEBUG)
+		return;
+	snprintf(prefix, sizeof(prefix), "%s: ", what);
+	va_start(ap, fmt);
+	emit(prefix, fmt, ap);
+	va_end(ap);
+	errno = saved;
+}
+
 int sv_fail(int err, const char *verb, const char *fmt, ...)
 {
 	va_list ap;

@@ -151,6 +151,10 @@ static int sweep_locked(void)
 			continue;
 		if (sv_proc_alive(ep[i].pid, ep[i].start_time))
 			continue;
+		/* Its shared segment dies with it. */
+		char seg[128];
+		sv_seg_name(seg, sizeof(seg), ep[i].pid, i);
+		unlink(seg);
 		atomic_store_explicit(&ep[i].state, SV_EP_FREE, memory_order_relaxed);
 		freed++;
 	}
@@ -367,6 +371,28 @@ int sv_reg_qpn_alloc(uint32_t ep, enum ibv_qp_type type, uint32_t *qpn)
 	}
 	reg_unlock();
 	return ret;
+}
+
+/*
+ * Lock-free: the data path resolves destinations here.  The owner index is
+ * stored last by the allocator (release), so the endpoint it names is
+ * complete; a stale answer (the owner died or the entry was reused since)
+ * is caught by the segment header, which names its pid and endpoint.
+ */
+int sv_reg_qpn_owner(uint32_t qpn, struct sv_reg_ep_info *out)
+{
+	uint32_t i = qpn - SV_QPN_BASE;
+
+	if (sv_reg_open() || qpn < SV_QPN_BASE || i >= reg->n_qpns)
+		return ENOENT;
+	uint32_t o = atomic_load_explicit(&qpns()[i].owner, memory_order_acquire);
+	if (!o || o > reg->n_eps)
+		return ENOENT;
+	struct reg_ep *ep = &eps()[o - 1];
+	if (atomic_load_explicit(&ep->state, memory_order_acquire) != SV_EP_LIVE)
+		return ENOENT;
+	*out = (struct sv_reg_ep_info){ o - 1, ep->pid, ep->start_time, ep->dev_index, 0 };
+	return 0;
 }
 
 void sv_reg_qpn_free(uint32_t qpn)

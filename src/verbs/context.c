@@ -69,6 +69,7 @@ SV_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	c->vctx.context.cmd_fd = -1;
 	c->vctx.context.num_comp_vectors = SV_NUM_COMP_VECTORS;
 	pthread_mutex_init(&c->vctx.context.mutex, NULL);
+	pthread_mutex_init(&c->lock, NULL);
 	set_ops(c);
 
 	ret = sv_evq_init(&c->async);
@@ -84,15 +85,30 @@ SV_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 			sv_reg_path(), strerror(ret));
 		goto out_keys;
 	}
+	ret = sv_seg_create(&c->seg, c->ep);
+	if (ret) {
+		sv_fail(ret, "ibv_open_device", "cannot create the shared segment in /dev/shm: %s",
+			strerror(ret));
+		goto out_ep;
+	}
+	sv_seg_register_local(c->seg.h, true);
+	ret = sv_progress_start(c);
+	if (ret)
+		goto out_seg;
 	ret = sv_obj_add(&c->vctx.context, SV_OBJ_CONTEXT, &c->vctx.context);
 	if (ret)
-		goto out_ep;
+		goto out_progress;
 	/* The port is up from the start; hardware reports that as an event
 	 * too, and ibv_asyncwatch shows it. */
 	sv_async_event(&c->vctx.context, NULL, IBV_EVENT_PORT_ACTIVE);
 	sv_dbg("%s: context %p open, registry endpoint %u", device->name, (void *)c, c->ep);
 	return &c->vctx.context;
 
+out_progress:
+	sv_progress_stop(c);
+out_seg:
+	sv_seg_register_local(c->seg.h, false);
+	sv_seg_destroy(&c->seg);
 out_ep:
 	sv_reg_ep_detach(c->ep);
 out_keys:
@@ -124,6 +140,7 @@ SV_EXPORT int ibv_close_device(struct ibv_context *ctx)
 
 	struct sv_context *c = sv_ctx(ctx);
 
+	sv_progress_stop(c);
 	/* As the kernel does for a closed uverbs file: whatever the program
 	 * did not destroy is destroyed now, users before what they use. */
 	sv_obj_foreach(ctx, SV_OBJ_QP, release_qp, NULL);
@@ -134,8 +151,11 @@ SV_EXPORT int ibv_close_device(struct ibv_context *ctx)
 	sv_obj_foreach(ctx, SV_OBJ_CHANNEL, release_channel, NULL);
 	sv_obj_foreach(ctx, SV_OBJ_PD, release_pd, NULL);
 	sv_reg_ep_detach(c->ep);
+	sv_seg_register_local(c->seg.h, false);
+	sv_seg_destroy(&c->seg);
 	sv_keytab_destroy(&c->mrs);
 	sv_evq_destroy(&c->async);
+	pthread_mutex_destroy(&c->lock);
 	pthread_mutex_destroy(&ctx->mutex);
 	free(c);
 	return 0;

@@ -101,18 +101,25 @@ SV_EXPORT void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
 	IBV_WC_EX_WITH_COMPLETION_TIMESTAMP | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK)
 #define KNOWN_CQ_FLAGS (IBV_CREATE_CQ_ATTR_SINGLE_THREADED | IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN)
 
-static struct sv_cqe *cq_peek(struct sv_cq *cq)
+static struct shm_cqe *cq_peek(struct sv_cq *cq)
 {
-	return cq->count ? &cq->ring[cq->head] : NULL;
+	struct shm_cq *q = cq->sh;
+
+	/* Pairs with the release store of count in sv_cq_push(). */
+	if (!atomic_load_explicit(&q->count, memory_order_acquire))
+		return NULL;
+	return &shm_cq_ring(cq->ctx->seg.h, q)[q->head];
 }
 
 static void cq_consume(struct sv_cq *cq)
 {
-	cq->head = (cq->head + 1) % cq->size;
-	cq->count--;
+	struct shm_cq *q = cq->sh;
+
+	q->head = (q->head + 1) % q->size;
+	atomic_fetch_sub_explicit(&q->count, 1, memory_order_relaxed);
 }
 
-static void load_current(struct sv_cq *cq, struct sv_cqe *e)
+static void load_current(struct sv_cq *cq, struct shm_cqe *e)
 {
 	cq->cur = e;
 	cq->ex.wr_id = e->wr_id;
@@ -125,15 +132,17 @@ static int cq_start_poll(struct ibv_cq_ex *ex, struct ibv_poll_cq_attr *attr)
 
 	if (attr && attr->comp_mask)
 		return EINVAL;
-	pthread_mutex_lock(&cq->qlock);
-	struct sv_cqe *e = cq_peek(cq);
+	if (!atomic_load_explicit(&cq->sh->count, memory_order_relaxed))
+		return ENOENT;
+	sv_shm_lock(&cq->sh->lock);
+	struct shm_cqe *e = cq_peek(cq);
 	if (!e) {
 		/* verbs.h: on ENOENT the caller does not call end_poll. */
-		pthread_mutex_unlock(&cq->qlock);
+		sv_shm_unlock(&cq->sh->lock);
 		return ENOENT;
 	}
 	load_current(cq, e);
-	return 0;	/* qlock is held until end_poll */
+	return 0;	/* the lock is held until end_poll */
 }
 
 static int cq_next_poll(struct ibv_cq_ex *ex)
@@ -141,7 +150,7 @@ static int cq_next_poll(struct ibv_cq_ex *ex)
 	struct sv_cq *cq = (struct sv_cq *)ex;
 
 	cq_consume(cq);
-	struct sv_cqe *e = cq_peek(cq);
+	struct shm_cqe *e = cq_peek(cq);
 	if (!e)
 		return ENOENT;
 	load_current(cq, e);
@@ -155,7 +164,7 @@ static void cq_end_poll(struct ibv_cq_ex *ex)
 	if (cq->cur == cq_peek(cq))
 		cq_consume(cq);
 	cq->cur = NULL;
-	pthread_mutex_unlock(&cq->qlock);
+	sv_shm_unlock(&cq->sh->lock);
 }
 
 #define CUR(ex) (((struct sv_cq *)(ex))->cur)
@@ -220,6 +229,24 @@ static int check_cq_attr(struct ibv_context *ctx, const struct ibv_cq_init_attr_
 	return 0;
 }
 
+/* The CQ header and its ring, in the context's segment. */
+static bool cq_alloc_ring(struct sv_context *c, struct sv_cq *cq, uint32_t cqe)
+{
+	uint64_t bytes = sizeof(struct shm_cq) + SHM_ALIGN + (uint64_t)cqe * sizeof(struct shm_cqe);
+	uint64_t off = sv_seg_alloc(&c->seg, bytes);
+
+	if (!off)
+		return false;
+	struct shm_cq *q = shm_at(c->seg.h, off);
+	sv_shm_mutex_init(&q->lock);
+	q->size = cqe;
+	q->ring_off = (off + sizeof(*q) + SHM_ALIGN - 1) & ~(uint64_t)(SHM_ALIGN - 1);
+	cq->sh = q;
+	cq->sh_off = off;
+	cq->sh_bytes = bytes;
+	return true;
+}
+
 struct ibv_cq_ex *sv_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_attr_ex *a)
 {
 	struct sv_context *c;
@@ -237,15 +264,16 @@ struct ibv_cq_ex *sv_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_at
 		return sv_fail_null(ENOMEM, "ibv_create_cq", "the context has max_cq=%d CQs", SV_MAX_CQ);
 	}
 	cq = calloc(1, sizeof(*cq));
-	if (cq)
-		cq->ring = calloc(a->cqe, sizeof(*cq->ring));
-	if (!cq || !cq->ring || sv_obj_add(cq, SV_OBJ_CQ, ctx)) {
-		if (cq)
-			free(cq->ring);
+	if (cq && !cq_alloc_ring(c, cq, a->cqe))
+		cq->sh = NULL;
+	if (!cq || !cq->sh || sv_obj_add(cq, SV_OBJ_CQ, ctx)) {
+		if (cq && cq->sh)
+			sv_seg_free(&c->seg, cq->sh_off, cq->sh_bytes);
 		free(cq);
 		atomic_fetch_sub(&c->ncq, 1);
 		return sv_fail_null(ENOMEM, "ibv_create_cq", "out of memory for %u entries", a->cqe);
 	}
+	cq->ctx = c;
 	struct ibv_cq_ex *ex = &cq->ex;
 	ex->context = ctx;
 	ex->channel = a->channel;
@@ -253,8 +281,6 @@ struct ibv_cq_ex *sv_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_at
 	ex->cqe = (int)a->cqe;
 	pthread_mutex_init(&ex->mutex, NULL);
 	pthread_cond_init(&ex->cond, NULL);
-	pthread_mutex_init(&cq->qlock, NULL);
-	cq->size = a->cqe;
 	cq->wc_flags = a->wc_flags;
 	if (a->channel) {
 		cq->ch = (struct sv_channel *)a->channel;
@@ -277,6 +303,10 @@ struct ibv_cq_ex *sv_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_at
 	ex->read_dlid_path_bits = rd_dlid_path_bits;
 	ex->read_completion_ts = rd_ts;
 	ex->read_completion_wallclock_ns = rd_wallclock;
+	pthread_mutex_lock(&c->lock);
+	cq->next = c->cqs;
+	c->cqs = cq;
+	pthread_mutex_unlock(&c->lock);
 	return ex;
 }
 
@@ -298,9 +328,11 @@ int sv_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 	struct sv_cq *cq = sv_cq(ibcq);
 	int i;
 
-	pthread_mutex_lock(&cq->qlock);
+	if (!atomic_load_explicit(&cq->sh->count, memory_order_relaxed))
+		return 0;	/* the common empty poll takes no lock */
+	sv_shm_lock(&cq->sh->lock);
 	for (i = 0; i < n; i++) {
-		struct sv_cqe *e = cq_peek(cq);
+		struct shm_cqe *e = cq_peek(cq);
 		if (!e)
 			break;
 		wc[i] = (struct ibv_wc){
@@ -312,7 +344,7 @@ int sv_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 		};
 		cq_consume(cq);
 	}
-	pthread_mutex_unlock(&cq->qlock);
+	sv_shm_unlock(&cq->sh->lock);
 	return i;
 }
 
@@ -323,43 +355,50 @@ int sv_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 	if (!cq->ch)
 		return sv_fail(EINVAL, "ibv_req_notify_cq", "CQ %p has no completion channel",
 			       (void *)ibcq);
-	pthread_mutex_lock(&cq->qlock);
-	/* Solicited-only never weakens an arm for every completion. */
-	if (cq->armed != 1)
-		cq->armed = solicited_only ? 2 : 1;
-	pthread_mutex_unlock(&cq->qlock);
+	/* Solicited-only never weakens an arm for every completion.  Read
+	 * by producers under the CQ lock (sv_cq_push). */
+	sv_shm_lock(&cq->sh->lock);
+	if (atomic_load_explicit(&cq->sh->armed, memory_order_relaxed) != 1)
+		atomic_store_explicit(&cq->sh->armed, solicited_only ? 2 : 1, memory_order_relaxed);
+	sv_shm_unlock(&cq->sh->lock);
 	return 0;
 }
 
 SV_EXPORT int ibv_resize_cq(struct ibv_cq *ibcq, int cqe)
 {
 	struct sv_cq *cq = sv_cq(ibcq);
-	struct sv_cqe *ring;
 
 	if (!sv_cq_of(ibcq, NULL, "ibv_resize_cq", "CQ"))
 		return EINVAL;
 	if (cqe < 1 || cqe > SV_MAX_CQE)
 		return sv_fail(EINVAL, "ibv_resize_cq", "cqe %d is out of range 1..%d", cqe, SV_MAX_CQE);
-	pthread_mutex_lock(&cq->qlock);
-	if ((uint32_t)cqe < cq->count) {
-		uint32_t held = cq->count;
-		pthread_mutex_unlock(&cq->qlock);
-		return sv_fail(EINVAL, "ibv_resize_cq", "CQ holds %u completions, more than cqe %d; "
-			       "poll them first", held, cqe);
-	}
-	ring = calloc((size_t)cqe, sizeof(*ring));
-	if (!ring) {
-		pthread_mutex_unlock(&cq->qlock);
+	struct shm_hdr *h = cq->ctx->seg.h;
+	uint64_t off = sv_seg_alloc(&cq->ctx->seg, (uint64_t)cqe * sizeof(struct shm_cqe));
+	if (!off)
 		return sv_fail(ENOMEM, "ibv_resize_cq", "out of memory");
+	struct shm_cq *q = cq->sh;
+	sv_shm_lock(&q->lock);
+	uint32_t n = atomic_load_explicit(&q->count, memory_order_relaxed);
+	if ((uint32_t)cqe < n) {
+		sv_shm_unlock(&q->lock);
+		sv_seg_free(&cq->ctx->seg, off, (uint64_t)cqe * sizeof(struct shm_cqe));
+		return sv_fail(EINVAL, "ibv_resize_cq", "CQ holds %u completions, more than cqe %d; "
+			       "poll them first", n, cqe);
 	}
-	for (uint32_t i = 0; i < cq->count; i++)
-		ring[i] = cq->ring[(cq->head + i) % cq->size];
-	free(cq->ring);
-	cq->ring = ring;
-	cq->head = 0;
-	cq->size = (uint32_t)cqe;
+	/* The header stays where QPs of any process find it; only the ring
+	 * moves, under the lock every producer takes. */
+	struct shm_cqe *old = shm_cq_ring(h, q), *ring = shm_at(h, off);
+	for (uint32_t i = 0; i < n; i++)
+		ring[i] = old[(q->head + i) % q->size];
+	uint64_t old_off = q->ring_off, old_bytes = (uint64_t)q->size * sizeof(struct shm_cqe);
+	q->ring_off = off;
+	q->head = 0;
+	q->size = (uint32_t)cqe;
 	ibcq->cqe = cqe;
-	pthread_mutex_unlock(&cq->qlock);
+	sv_shm_unlock(&q->lock);
+	/* The first ring is part of the CQ's own block; later ones are not. */
+	if (old_off != ((cq->sh_off + sizeof(*q) + SHM_ALIGN - 1) & ~(uint64_t)(SHM_ALIGN - 1)))
+		sv_seg_free(&cq->ctx->seg, old_off, old_bytes);
 	return 0;
 }
 
@@ -374,11 +413,20 @@ static void cq_free(struct sv_cq *cq)
 		cq->ch->ibch.refcnt--;
 		pthread_mutex_unlock(&ctx->mutex);
 	}
-	atomic_fetch_sub(&sv_ctx(ctx)->ncq, 1);
-	pthread_mutex_destroy(&cq->qlock);
+	struct sv_context *c = cq->ctx;
+	pthread_mutex_lock(&c->lock);
+	for (struct sv_cq **p = &c->cqs; *p; p = &(*p)->next)
+		if (*p == cq) {
+			*p = cq->next;
+			break;
+		}
+	pthread_mutex_unlock(&c->lock);
+	if (cq->sh->ring_off != ((cq->sh_off + sizeof(*cq->sh) + SHM_ALIGN - 1) & ~(uint64_t)(SHM_ALIGN - 1)))
+		sv_seg_free(&c->seg, cq->sh->ring_off, (uint64_t)cq->sh->size * sizeof(struct shm_cqe));
+	sv_seg_free(&c->seg, cq->sh_off, cq->sh_bytes);
+	atomic_fetch_sub(&c->ncq, 1);
 	pthread_cond_destroy(&ibcq->cond);
 	pthread_mutex_destroy(&ibcq->mutex);
-	free(cq->ring);
 	free(cq);
 }
 

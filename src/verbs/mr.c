@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -64,6 +65,48 @@ static bool range_mapped(const void *addr, size_t len)
 			return false;
 	}
 	return true;
+}
+
+/*
+ * The shared MR table entry peers check rkeys against (shm.h).  Publishing
+ * writes every field and then the key; revoking stores key 0 and then
+ * waits until no initiator is between its check and the end of its copy
+ * (resp.c hold_mr), so after dereg returns no peer touches the memory.
+ */
+static struct shm_mr *mr_entry(struct sv_mr *mr)
+{
+	return &shm_mrs(sv_ctx(mr->ibmr.context)->seg.h)[mr->ibmr.lkey >> 8];
+}
+
+static void mr_publish(struct sv_mr *mr)
+{
+	struct shm_mr *e = mr_entry(mr);
+
+	e->addr = (uintptr_t)mr->ibmr.addr;
+	e->length = mr->ibmr.length;
+	e->iova = mr->iova;
+	e->access = (uint32_t)mr->access;
+	e->pd = mr->pd->ibpd.handle;
+	atomic_store(&e->key, mr->ibmr.lkey);
+}
+
+static void mr_revoke(struct sv_mr *mr)
+{
+	struct shm_mr *e = mr_entry(mr);
+	uint64_t start = sv_now_ns();
+
+	atomic_store(&e->key, 0);
+	while (atomic_load(&e->users)) {
+		/* Holders finish one copy; only a peer that died mid-copy
+		 * could hold on, and it can no longer write. */
+		if (sv_now_ns() - start > 2000000000ull) {
+			sv_warn("MR key 0x%x: a peer still holds it after 2 s; revoking anyway",
+				mr->ibmr.lkey);
+			atomic_store(&e->users, 0);
+			break;
+		}
+		sched_yield();
+	}
 }
 
 static int check_range(void *addr, size_t length, const char *verb)
@@ -125,6 +168,7 @@ SV_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t 
 		return sv_fail_null(ENOMEM, verb, "out of memory");
 	}
 	atomic_fetch_add(&mr->pd->users, 1);
+	mr_publish(mr);
 	sv_dbg("reg_mr %p len %zu access 0x%x -> key 0x%x", addr, length, access, key);
 	return &mr->ibmr;
 }
@@ -150,6 +194,7 @@ SV_EXPORT struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, s
 static void mr_free(struct sv_mr *mr)
 {
 	/* The key dies first: from here no new access can resolve it. */
+	mr_revoke(mr);
 	sv_keytab_free(&sv_ctx(mr->ibmr.context)->mrs, mr->ibmr.lkey);
 	atomic_fetch_sub(&mr->pd->users, 1);
 	free(mr);
@@ -199,7 +244,9 @@ SV_EXPORT int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd, vo
 		return REREG_ERR_CMD;
 	if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && check_range(addr, length, verb))
 		return REREG_ERR_CMD;
-	/* Every check passed: apply all changes, none partially. */
+	/* Every check passed: apply all changes, none partially, with the
+	 * key revoked meanwhile so that no peer sees half of them. */
+	mr_revoke(mr);
 	if (flags & IBV_REREG_MR_CHANGE_PD) {
 		atomic_fetch_sub(&mr->pd->users, 1);
 		mr->pd = sv_pd(pd);
@@ -213,5 +260,6 @@ SV_EXPORT int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd, vo
 		ibmr->length = length;
 		mr->iova = mr->access & IBV_ACCESS_ZERO_BASED ? 0 : (uintptr_t)addr;
 	}
+	mr_publish(mr);
 	return 0;
 }

@@ -80,6 +80,44 @@ static int check_init_attr(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *
 	return 0;
 }
 
+static void qp_free_queues(struct sv_qp *qp)
+{
+	struct sv_context *c = qp->ctx;
+
+	if (!c)
+		return;
+	if (qp->rq)
+		sv_seg_free(&c->seg, qp->rq_off, qp->rq_bytes);
+	if (qp->sh)
+		sv_seg_free(&c->seg, qp->sh_off, sizeof(*qp->sh));
+	free(qp->sq);
+	pthread_mutex_destroy(&qp->sq_lock);
+}
+
+/* The shared QP block and receive queue, and the private send queue. */
+static int qp_alloc_queues(struct sv_context *c, struct sv_qp *qp,
+			   const struct ibv_qp_init_attr_ex *a)
+{
+	qp->ctx = c;
+	pthread_mutex_init(&qp->sq_lock, NULL);
+	qp->sh_off = sv_seg_alloc(&c->seg, sizeof(*qp->sh));
+	if (!qp->sh_off)
+		return ENOMEM;
+	qp->sh = shm_at(c->seg.h, qp->sh_off);
+	if (!a->srq) {
+		qp->rq = sv_seg_new_wq(&c->seg, a->cap.max_recv_wr, a->cap.max_recv_sge, &qp->rq_off);
+		if (!qp->rq)
+			return ENOMEM;
+		qp->rq_bytes = sv_seg_wq_bytes(qp->rq);
+	}
+	qp->sq_size = a->cap.max_send_wr ? a->cap.max_send_wr : 1;
+	qp->sq_stride = (uint32_t)((sizeof(struct sv_swqe) +
+				    (a->cap.max_send_sge ? a->cap.max_send_sge : 1) *
+				    sizeof(struct ibv_sge) + SV_MAX_INLINE_DATA + 15) & ~15ul);
+	qp->sq = calloc(qp->sq_size, qp->sq_stride);
+	return qp->sq ? 0 : ENOMEM;
+}
+
 struct ibv_qp *sv_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *a)
 {
 	const char *verb = "ibv_create_qp";
@@ -111,11 +149,12 @@ struct ibv_qp *sv_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_
 		return sv_fail_null(ENOMEM, verb, "no QP number left in the host registry %s (%s)",
 				    sv_reg_path(), strerror(ret));
 	}
-	if (sv_obj_add(qp, SV_OBJ_QP, ctx)) {
+	if (qp_alloc_queues(c, qp, a) || sv_obj_add(qp, SV_OBJ_QP, ctx)) {
+		qp_free_queues(qp);
 		sv_reg_qpn_free(qpn);
 		free(qp);
 		atomic_fetch_sub(&c->nqp, 1);
-		return sv_fail_null(ENOMEM, verb, "out of memory");
+		return sv_fail_null(ENOMEM, verb, "out of memory for the QP's queues");
 	}
 
 	struct ibv_qp *ib = &qp->ex.qp_base;
@@ -152,6 +191,22 @@ struct ibv_qp *sv_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_
 	atomic_fetch_add(&qp->rcq->users, 1);
 	if (qp->srq)
 		atomic_fetch_add(&qp->srq->users, 1);
+
+	/* What initiators see, published last. */
+	struct shm_qp *sh = qp->sh;
+	sh->qpn = qpn;
+	sh->type = (uint8_t)a->qp_type;
+	sh->pd = a->pd->handle;
+	sh->rcq_off = qp->rcq->sh_off;
+	sh->rq_off = qp->rq ? qp->rq_off : 0;
+	sh->srq_off = qp->srq ? qp->srq->wq_off : 0;
+	atomic_store(&sh->state, IBV_QPS_RESET);
+	sv_seg_publish_qp(c->seg.h, qpn, qp->sh_off);
+	qp->ctx = c;
+	pthread_mutex_lock(&c->lock);
+	qp->next = c->qps;
+	c->qps = qp;
+	pthread_mutex_unlock(&c->lock);
 	sv_dbg("qpn 0x%x: created %s", qpn, sv_qp_type_name(a->qp_type));
 	return ib;
 }
@@ -328,13 +383,33 @@ static void enter_state(struct sv_qp *qp, enum ibv_qp_state cur, enum ibv_qp_sta
 
 	switch (next) {
 	case IBV_QPS_RESET:
-		/* RESET forgets every attribute (IBA 10.3.1.1). */
+		/* RESET forgets every attribute and discards both queues
+		 * without completions (IBA 10.3.1.1). */
 		memset(&qp->attr, 0, sizeof(qp->attr));
 		qp->attr_set = 0;
+		pthread_mutex_lock(&qp->sq_lock);
+		qp->sq_count = 0;
+		qp->rnr_waiting = false;
+		pthread_mutex_unlock(&qp->sq_lock);
+		if (qp->rq) {
+			sv_shm_lock(&qp->rq->lock);
+			qp->rq->head = qp->rq->count = 0;
+			sv_shm_unlock(&qp->rq->lock);
+		}
+		/* Its completions still in the CQs go too, as mlx5 does
+		 * (mlx5_cq_clean): a reset QP starts from nothing. */
+		sv_cq_clean(qp->ctx->seg.h, qp->scq->sh, ib->qp_num);
+		if (qp->rcq != qp->scq)
+			sv_cq_clean(qp->ctx->seg.h, qp->rcq->sh, ib->qp_num);
 		break;
 	case IBV_QPS_ERR:
-		/* No work request can be outstanding yet: nothing to flush.
-		 * A QP on an SRQ reports that its last WQE is consumed. */
+		/* Initiators stop seeing the QP first, then every outstanding
+		 * WQE of both queues completes with IBV_WC_WR_FLUSH_ERR,
+		 * unsignaled ones included (IBA 10.3.1.7, C10-?). */
+		atomic_store_explicit(&qp->sh->state, IBV_QPS_ERR, memory_order_release);
+		sv_sq_flush(qp);
+		sv_flush_rq(qp);
+		/* A QP on an SRQ reports that its last WQE is consumed. */
 		if (cur != IBV_QPS_ERR && qp->srq)
 			sv_async_event(ib->context, ib, IBV_EVENT_QP_LAST_WQE_REACHED);
 		break;
@@ -352,7 +427,39 @@ static void enter_state(struct sv_qp *qp, enum ibv_qp_state cur, enum ibv_qp_sta
 	ib->state = next;
 	qp->attr.qp_state = next;
 	qp->attr.cur_qp_state = next;
+	/* Mirror what initiators check; the state last (release). */
+	struct shm_qp *sh = qp->sh;
+	atomic_store_explicit(&sh->access, qp->attr.qp_access_flags, memory_order_relaxed);
+	atomic_store_explicit(&sh->qkey, qp->attr.qkey, memory_order_relaxed);
+	sh->min_rnr_timer = qp->attr.min_rnr_timer;
+	sh->port = qp->attr.port_num;
+	sh->pkey_index = qp->attr.pkey_index;
+	atomic_store_explicit(&sh->state, (uint8_t)next, memory_order_release);
 	sv_reg_qpn_set_state(ib->qp_num, next);
+}
+
+void sv_qp_to_err(struct sv_qp *qp, int ev)
+{
+	struct ibv_qp *ib = &qp->ex.qp_base;
+
+	pthread_mutex_lock(&qp->lock);
+	if (ib->state != IBV_QPS_ERR && ib->state != IBV_QPS_RESET)
+		enter_state(qp, ib->state, IBV_QPS_ERR, &qp->attr, 0);
+	else if (ib->state == IBV_QPS_ERR)
+		sv_sq_flush(qp);	/* WQEs posted after the transition */
+	pthread_mutex_unlock(&qp->lock);
+	if (ev >= 0)
+		sv_async_event(ib->context, ib, (enum ibv_event_type)ev);
+}
+
+/* Applies an ERR transition a peer's request caused (resp.c), so that the
+ * owner's verbs never act on a state the QP has already left. */
+void sv_qp_sync(struct sv_qp *qp)
+{
+	uint32_t e = atomic_exchange_explicit(&qp->sh->err_pending, 0, memory_order_acquire);
+
+	if (e)
+		sv_qp_to_err(qp, (int)e - 2);
 }
 
 SV_EXPORT int ibv_modify_qp(struct ibv_qp *ib, struct ibv_qp_attr *attr, int mask)
@@ -367,6 +474,7 @@ SV_EXPORT int ibv_modify_qp(struct ibv_qp *ib, struct ibv_qp_attr *attr, int mas
 		return sv_fail(EINVAL, "ibv_modify_qp", "QP %p is not live", (void *)ib);
 	if (!attr)
 		return sv_fail(EINVAL, "ibv_modify_qp", "attr is NULL");
+	sv_qp_sync(qp);
 	pthread_mutex_lock(&qp->lock);
 	enum ibv_qp_state cur = ib->state;
 	enum ibv_qp_state next = mask & IBV_QP_STATE ? attr->qp_state : cur;
@@ -395,6 +503,9 @@ SV_EXPORT int ibv_modify_qp(struct ibv_qp *ib, struct ibv_qp_attr *attr, int mas
 	sv_dbg("qpn 0x%x: %s -> %s", ib->qp_num, sv_qp_state_name(cur), sv_qp_state_name(next));
 out:
 	pthread_mutex_unlock(&qp->lock);
+	/* WQEs held in SQD go on in RTS. */
+	if (!ret && next == IBV_QPS_RTS && cur == IBV_QPS_SQD)
+		sv_sq_progress(qp);
 	return ret;
 }
 
@@ -408,6 +519,7 @@ SV_EXPORT int ibv_query_qp(struct ibv_qp *ib, struct ibv_qp_attr *attr, int mask
 	if (!attr || !init)
 		return sv_fail(EINVAL, "ibv_query_qp", "attr and init_attr are needed");
 	(void)mask;	/* every attribute is cheap: all are returned */
+	sv_qp_sync(qp);
 	pthread_mutex_lock(&qp->lock);
 	*attr = qp->attr;
 	attr->qp_state = ib->state;
@@ -426,24 +538,51 @@ SV_EXPORT int ibv_query_qp(struct ibv_qp *ib, struct ibv_qp_attr *attr, int mask
 	return 0;
 }
 
-int sv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+int sv_post_recv(struct ibv_qp *ib, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
 {
-	*bad = wr;
-	return sv_fail(EOPNOTSUPP, "ibv_post_send", "qpn 0x%x: the data path is not implemented "
-		       "yet", qp->qp_num);
-}
+	struct sv_qp *qp = sv_qp(ib);
+	enum ibv_qp_state st = atomic_load_explicit(&qp->sh->state, memory_order_relaxed);
+	const char *why = NULL;
+	int ret = 0;
 
-int sv_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
-{
-	*bad = wr;
-	return sv_fail(EOPNOTSUPP, "ibv_post_recv", "qpn 0x%x: the data path is not implemented "
-		       "yet", qp->qp_num);
+	if (!qp->rq || st == IBV_QPS_RESET) {
+		*bad = wr;
+		return sv_fail(EINVAL, "ibv_post_recv", "qpn 0x%x: %s", ib->qp_num,
+			       qp->rq ? "the QP is in RESET; post receives from INIT on"
+				      : "the QP receives through its SRQ; use ibv_post_srq_recv");
+	}
+	sv_shm_lock(&qp->rq->lock);
+	for (; wr && !ret; wr = wr->next) {
+		ret = sv_wq_post(qp->ctx->seg.h, qp->rq, wr, &why);
+		if (ret) {
+			*bad = wr;
+			sv_fail(ret, "ibv_post_recv", "qpn 0x%x wr_id 0x%llx: %s", ib->qp_num,
+				(unsigned long long)wr->wr_id, why);
+		}
+	}
+	sv_shm_unlock(&qp->rq->lock);
+	/* C10-?: receives posted to a QP in ERR are flushed. */
+	if (st == IBV_QPS_ERR)
+		sv_flush_rq(qp);
+	return ret;
 }
 
 static void qp_free(struct sv_qp *qp)
 {
 	struct ibv_qp *ib = &qp->ex.qp_base;
+	struct sv_context *c = qp->ctx;
 
+	/* Unpublish first: from here initiators find no QP. */
+	sv_seg_publish_qp(c->seg.h, ib->qp_num, 0);
+	atomic_store(&qp->sh->state, IBV_QPS_RESET);
+	pthread_mutex_lock(&c->lock);
+	for (struct sv_qp **p = &c->qps; *p; p = &(*p)->next)
+		if (*p == qp) {
+			*p = qp->next;
+			break;
+		}
+	pthread_mutex_unlock(&c->lock);
+	qp_free_queues(qp);
 	sv_reg_qpn_free(ib->qp_num);
 	atomic_fetch_sub(&qp->pd->users, 1);
 	atomic_fetch_sub(&qp->scq->users, 1);

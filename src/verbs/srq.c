@@ -46,7 +46,15 @@ struct ibv_srq *sv_create_srq_ex(struct ibv_context *ctx, struct ibv_srq_init_at
 		return sv_fail_null(ENOMEM, verb, "the context has max_srq=%d SRQs", SV_MAX_SRQ);
 	}
 	srq = calloc(1, sizeof(*srq));
-	if (!srq || sv_obj_add(srq, SV_OBJ_SRQ, ctx)) {
+	if (srq)
+		srq->wq = sv_seg_new_wq(&c->seg, a->attr.max_wr, a->attr.max_sge, &srq->wq_off);
+	if (srq && srq->wq)
+		srq->wq_bytes = sv_seg_wq_bytes(srq->wq);
+	if (!srq || !srq->wq || sv_obj_add(srq, SV_OBJ_SRQ, ctx)) {
+		if (srq && srq->wq)
+			if (srq->wq->wqe_off != sv_seg_wq_slots(srq->wq_off))
+		sv_seg_free(&c->seg, srq->wq->wqe_off, (uint64_t)srq->wq->size * srq->wq->stride);
+	sv_seg_free(&c->seg, srq->wq_off, srq->wq_bytes);
 		free(srq);
 		atomic_fetch_sub(&c->nsrq, 1);
 		return sv_fail_null(ENOMEM, verb, "out of memory");
@@ -60,6 +68,10 @@ struct ibv_srq *sv_create_srq_ex(struct ibv_context *ctx, struct ibv_srq_init_at
 	srq->attr.max_wr = a->attr.max_wr;
 	srq->attr.max_sge = a->attr.max_sge;
 	atomic_fetch_add(&srq->pd->users, 1);
+	pthread_mutex_lock(&c->lock);
+	srq->next = c->srqs;
+	c->srqs = srq;
+	pthread_mutex_unlock(&c->lock);
 	return &srq->ibsrq;
 }
 
@@ -99,10 +111,40 @@ SV_EXPORT int ibv_modify_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr, i
 	/* IBA 10.2.9.2: the limit must not exceed the queue's depth. */
 	if ((mask & IBV_SRQ_LIMIT) && attr->srq_limit > max_wr)
 		return sv_fail(EINVAL, verb, "srq_limit %u exceeds max_wr %u", attr->srq_limit, max_wr);
+	struct sv_context *c = sv_ctx(ibsrq->context);
+	struct shm_wq *wq = srq->wq;
+	uint64_t slots = 0;
+	if (max_wr != wq->size) {
+		slots = sv_seg_alloc(&c->seg, (uint64_t)max_wr * wq->stride);
+		if (!slots)
+			return sv_fail(ENOMEM, verb, "out of memory for %u WQEs", max_wr);
+	}
+	sv_shm_lock(&wq->lock);
+	if (max_wr < wq->count) {
+		uint32_t n = wq->count;
+		sv_shm_unlock(&wq->lock);
+		sv_seg_free(&c->seg, slots, (uint64_t)max_wr * wq->stride);
+		return sv_fail(EINVAL, verb, "max_wr %u is below the %u WQEs posted", max_wr, n);
+	}
+	if (slots) {
+		/* The header stays put (QPs of every process point at it);
+		 * the slots move under the lock every consumer takes. */
+		for (uint32_t i = 0; i < wq->count; i++)
+			memcpy(shm_at(c->seg.h, slots + (uint64_t)i * wq->stride),
+			       shm_wq_slot(c->seg.h, wq, wq->head + i), wq->stride);
+		uint64_t old = wq->wqe_off, old_bytes = (uint64_t)wq->size * wq->stride;
+		bool embedded = old == sv_seg_wq_slots(srq->wq_off);
+		wq->wqe_off = slots;
+		wq->head = 0;
+		wq->size = max_wr;
+		if (!embedded)
+			sv_seg_free(&c->seg, old, old_bytes);
+	}
+	if (mask & IBV_SRQ_LIMIT)
+		wq->limit = attr->srq_limit;	/* arms the limit event */
+	sv_shm_unlock(&wq->lock);
 	pthread_mutex_lock(&ibsrq->mutex);
 	srq->attr.max_wr = max_wr;
-	if (mask & IBV_SRQ_LIMIT)
-		srq->attr.srq_limit = attr->srq_limit;
 	pthread_mutex_unlock(&ibsrq->mutex);
 	return 0;
 }
@@ -116,18 +158,64 @@ SV_EXPORT int ibv_query_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr)
 	pthread_mutex_lock(&ibsrq->mutex);
 	*attr = sv_srq(ibsrq)->attr;
 	pthread_mutex_unlock(&ibsrq->mutex);
+	/* The limit reads back as 0 once its event has fired (IBA 10.2.9.3). */
+	attr->srq_limit = sv_srq(ibsrq)->wq->limit;
 	return 0;
 }
 
-int sv_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+/* Writes one receive WR into a receive queue; the caller holds its lock. */
+int sv_wq_post(struct shm_hdr *h, struct shm_wq *wq, const struct ibv_recv_wr *wr, const char **why)
 {
-	*bad = wr;
-	return sv_fail(EOPNOTSUPP, "ibv_post_srq_recv", "SRQ %p: the data path is not "
-		       "implemented yet", (void *)srq);
+	if (wr->num_sge < 0 || (uint32_t)wr->num_sge > wq->max_sge) {
+		*why = "num_sge exceeds the queue's max_sge";
+		return EINVAL;
+	}
+	if (wq->count == wq->size) {
+		*why = "the receive queue is full (max_wr outstanding)";
+		return ENOMEM;
+	}
+	struct shm_rwqe *w = shm_wq_slot(h, wq, wq->head + wq->count);
+	w->wr_id = wr->wr_id;
+	w->num_sge = (uint32_t)wr->num_sge;
+	memcpy(w->sge, wr->sg_list, (size_t)wr->num_sge * sizeof(w->sge[0]));
+	wq->count++;
+	return 0;
+}
+
+int sv_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+	struct sv_srq *srq = sv_srq(ibsrq);
+	struct shm_hdr *h = sv_ctx(ibsrq->context)->seg.h;
+	const char *why;
+	int ret = 0;
+
+	sv_shm_lock(&srq->wq->lock);
+	for (; wr && !ret; wr = wr->next) {
+		ret = sv_wq_post(h, srq->wq, wr, &why);
+		if (ret) {
+			*bad = wr;
+			sv_fail(ret, "ibv_post_srq_recv", "SRQ %p wr_id 0x%llx: %s", (void *)ibsrq,
+				(unsigned long long)wr->wr_id, why);
+		}
+	}
+	sv_shm_unlock(&srq->wq->lock);
+	return ret;
 }
 
 static void srq_free(struct sv_srq *srq)
 {
+	struct sv_context *c = sv_ctx(srq->ibsrq.context);
+
+	pthread_mutex_lock(&c->lock);
+	for (struct sv_srq **p = &c->srqs; *p; p = &(*p)->next)
+		if (*p == srq) {
+			*p = srq->next;
+			break;
+		}
+	pthread_mutex_unlock(&c->lock);
+	if (srq->wq->wqe_off != sv_seg_wq_slots(srq->wq_off))
+		sv_seg_free(&c->seg, srq->wq->wqe_off, (uint64_t)srq->wq->size * srq->wq->stride);
+	sv_seg_free(&c->seg, srq->wq_off, srq->wq_bytes);
 	atomic_fetch_sub(&srq->pd->users, 1);
 	atomic_fetch_sub(&sv_ctx(srq->ibsrq.context)->nsrq, 1);
 	pthread_cond_destroy(&srq->ibsrq.cond);

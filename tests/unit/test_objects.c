@@ -208,6 +208,55 @@ static void test_close_with_live_objects(void **state)
 	assert_int_equal(ibv_close_device(c), 0);
 }
 
+static void test_post_bad_input(void **state)
+{
+	struct fix *f = *state;
+	struct ibv_qp *rc = fix_qp(f, IBV_QPT_RC), *uc = fix_qp(f, IBV_QPT_UC);
+	static char buf[64];
+	struct ibv_mr *mr = ibv_reg_mr(f->pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_sge sge = { (uintptr_t)buf, 8, mr->lkey };
+	struct ibv_send_wr wr = { .opcode = IBV_WR_SEND, .sg_list = &sge, .num_sge = 1 }, *bad;
+	struct ibv_recv_wr rwr = { .sg_list = &sge, .num_sge = 1 }, *rbad;
+
+	/* RESET: neither queue takes work (C10-29/30). */
+	assert_int_equal(ibv_post_send(rc, &wr, &bad), EINVAL);
+	assert_int_equal(ibv_post_recv(rc, &rwr, &rbad), EINVAL);
+	assert_ptr_equal(rbad, &rwr);
+	struct ibv_qp_attr a;
+	fix_valid_attr(f, rc, &a);
+	a.qp_state = IBV_QPS_INIT;
+	assert_int_equal(ibv_modify_qp(rc, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+				       IBV_QP_ACCESS_FLAGS), 0);
+	/* INIT takes receives, not sends. */
+	assert_int_equal(ibv_post_recv(rc, &rwr, &rbad), 0);
+	assert_int_equal(ibv_post_send(rc, &wr, &bad), EINVAL);
+	/* Too many SGEs; a full receive queue. */
+	rwr.num_sge = 2;
+	assert_int_equal(ibv_post_recv(rc, &rwr, &rbad), EINVAL);
+	rwr.num_sge = 1;
+	for (int i = 1; i < 8; i++)
+		assert_int_equal(ibv_post_recv(rc, &rwr, &rbad), 0);
+	assert_int_equal(ibv_post_recv(rc, &rwr, &rbad), ENOMEM);
+	/* UC has no READ: refused at post time on an RTS UC QP. */
+	fix_valid_attr(f, uc, &a);
+	a.qp_state = IBV_QPS_INIT;
+	assert_int_equal(ibv_modify_qp(uc, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+				       IBV_QP_ACCESS_FLAGS), 0);
+	a.qp_state = IBV_QPS_RTR;
+	assert_int_equal(ibv_modify_qp(uc, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+				       IBV_QP_DEST_QPN | IBV_QP_RQ_PSN), 0);
+	a.qp_state = IBV_QPS_RTS;
+	assert_int_equal(ibv_modify_qp(uc, &a, IBV_QP_STATE | IBV_QP_SQ_PSN), 0);
+	wr.opcode = IBV_WR_RDMA_READ;
+	assert_int_equal(ibv_post_send(uc, &wr, &bad), EINVAL);
+	wr.opcode = IBV_WR_SEND;
+	wr.num_sge = 2;
+	assert_int_equal(ibv_post_send(uc, &wr, &bad), EINVAL);
+	assert_int_equal(ibv_destroy_qp(rc), 0);
+	assert_int_equal(ibv_destroy_qp(uc), 0);
+	assert_int_equal(ibv_dereg_mr(mr), 0);
+}
+
 static void test_cq_values(void **state)
 {
 	struct fix *f = *state;
@@ -361,8 +410,17 @@ static void test_unsupported_is_eopnotsupp(void **state)
 	assert_int_equal(errno, EOPNOTSUPP);
 	struct ibv_qp *qp = fix_qp(f, IBV_QPT_UD);
 	assert_int_equal(ibv_attach_mcast(qp, &g, 0), EOPNOTSUPP);
-	/* The data path arrives with the same-host transport. */
-	struct ibv_send_wr wr = { .opcode = IBV_WR_SEND }, *bad = NULL;
+	/* Opcodes of later features are refused at post time. */
+	struct ibv_qp_attr a;
+	fix_valid_attr(f, qp, &a);
+	a.qp_state = IBV_QPS_INIT;
+	assert_int_equal(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+				       IBV_QP_QKEY), 0);
+	a.qp_state = IBV_QPS_RTR;
+	assert_int_equal(ibv_modify_qp(qp, &a, IBV_QP_STATE), 0);
+	a.qp_state = IBV_QPS_RTS;
+	assert_int_equal(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN), 0);
+	struct ibv_send_wr wr = { .opcode = IBV_WR_BIND_MW }, *bad = NULL;
 	assert_int_equal(ibv_post_send(qp, &wr, &bad), EOPNOTSUPP);
 	assert_ptr_equal(bad, &wr);
 	struct ibv_qp_init_attr_ex xia = { .qp_type = IBV_QPT_RC, .send_cq = f->cq, .recv_cq = f->cq,
@@ -381,7 +439,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		T(test_cross_context_objects), T(test_qp_create_limits), T(test_qp_reports_actual_caps),
 		T(test_busy_objects), T(test_double_destroy), T(test_close_with_live_objects),
-		T(test_cq_values), T(test_srq_values), T(test_ah_values),
+		T(test_post_bad_input), T(test_cq_values), T(test_srq_values), T(test_ah_values),
 		T(test_unsupported_is_eopnotsupp),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

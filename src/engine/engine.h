@@ -1,0 +1,60 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What executing one send WQE can come to, and what each outcome means
+ * for the requester.  The responder's side effects happen where the
+ * responder's check fails (engine/resp.c); this is the one table that turns
+ * an outcome into the requester's work-completion status.
+ */
+#ifndef SV_ENGINE_H
+#define SV_ENGINE_H
+
+#include "../sv.h"
+
+#define SV_RESULTS(X)							\
+	/* result         requester status             IBA rule */	\
+	X(OK,             IBV_WC_SUCCESS)        /* ACK */		\
+	X(DROPPED,        IBV_WC_SUCCESS)        /* UC/UD: lost silently, C9-?? */ \
+	X(RNR,            IBV_WC_SUCCESS)        /* RNR NAK: retried, 9.7.5.2.8 */ \
+	X(RNR_EXHAUSTED,  IBV_WC_RNR_RETRY_EXC_ERR) /* C9-140: rnr_retry spent */ \
+	X(NO_RESPONSE,    IBV_WC_RETRY_EXC_ERR)  /* 9.7.6.1.3: retry_cnt spent */ \
+	X(NAK_ACCESS,     IBV_WC_REM_ACCESS_ERR) /* NAK Remote Access Error */ \
+	X(NAK_INV_REQ,    IBV_WC_REM_INV_REQ_ERR) /* NAK Invalid Request */ \
+	X(NAK_OP,         IBV_WC_REM_OP_ERR)     /* NAK Remote Operational Error */ \
+	X(LOC_PROT,       IBV_WC_LOC_PROT_ERR)   /* bad lkey or bounds, 10.6.3.1 */ \
+	X(LOC_LEN,        IBV_WC_LOC_LEN_ERR)    /* length beyond what the QP can send */ \
+	X(LOC_QP_OP,      IBV_WC_LOC_QP_OP_ERR)
+
+#define RESULT_ENUM(name, status) SV_R_##name,
+enum sv_result { SV_RESULTS(RESULT_ENUM) SV_R_COUNT };
+#undef RESULT_ENUM
+
+enum ibv_wc_status sv_result_status(enum sv_result r);
+const char *sv_result_name(enum sv_result r);
+
+/* engine/resp.c: the responder's checks, run by the initiator against the
+ * target's segment. */
+struct sv_target {
+	struct shm_hdr *seg;
+	struct shm_qp *qp;
+	int32_t pid;
+};
+
+enum sv_result sv_resp_find(struct sv_qp *qp, uint32_t qpn, struct sv_target *t);
+/* A remote buffer: rkey, address and length must fall in a registered MR
+ * of the target QP's PD with the access asked.  On success the MR is held
+ * (users) until sv_resp_mr_put(). */
+enum sv_result sv_resp_mr_get(struct sv_target *t, uint32_t rkey, uint64_t va, uint64_t len,
+			      unsigned access, struct shm_mr **mr, void **addr);
+void sv_resp_mr_put(struct shm_mr *mr);
+/* Takes the next receive WQE of the target (its RQ or SRQ) into *wqe. */
+enum sv_result sv_resp_take_recv(struct sv_target *t, struct shm_rwqe *wqe);
+/* The responder side of a failed request: completes the receive WQE
+ * (when there is one) with status and moves the target QP to ERR. */
+void sv_resp_fail(struct sv_target *t, const struct shm_rwqe *wqe, enum ibv_wc_status status,
+		  int ev);	/* ev: an affiliated ibv_event_type, or -1 */
+/* Resolves the scatter list of a receive WQE in the target's MR table. */
+enum sv_result sv_resp_recv_iov(struct sv_target *t, const struct shm_rwqe *w, struct iovec *iov,
+				uint64_t *cap, struct shm_mr **held);
+void sv_resp_recv_put(const struct shm_rwqe *w, struct shm_mr **held);
+
+#endif

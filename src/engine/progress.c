@@ -1,0 +1,92 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The per-context progress thread: the work that cannot finish inside the
+ * verb that started it.  It sleeps on the segment's doorbell futex and
+ * wakes when anyone -- this process or a peer -- rings it, or when the
+ * earliest RNR/retry timer is due.  Idle, it costs no CPU.
+ *
+ * On each wake it delivers what peers left in the segment: completion
+ * events for armed CQs, CQ overruns, SRQ limit events, and QPs a peer's
+ * request moved to ERR; then it retries send queues whose timers expired.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine.h"
+
+static void deliver(struct sv_context *c, uint64_t *next)
+{
+	pthread_mutex_lock(&c->lock);
+	for (struct sv_cq *cq = c->cqs; cq; cq = cq->next) {
+		if (atomic_exchange_explicit(&cq->sh->notify, 0, memory_order_acquire) && cq->ch)
+			sv_evq_push(&cq->ch->q, cq, 0, 0);
+		if (atomic_exchange_explicit(&cq->sh->overrun, 0, memory_order_acquire))
+			sv_async_event(&c->vctx.context, ibv_cq_ex_to_cq(&cq->ex), IBV_EVENT_CQ_ERR);
+	}
+	for (struct sv_srq *srq = c->srqs; srq; srq = srq->next)
+		if (atomic_exchange_explicit(&srq->wq->limit_hit, 0, memory_order_acquire))
+			sv_async_event(&c->vctx.context, &srq->ibsrq, IBV_EVENT_SRQ_LIMIT_REACHED);
+	uint64_t now = sv_now_ns();
+	for (struct sv_qp *qp = c->qps; qp; qp = qp->next) {
+		sv_qp_sync(qp);
+		if (!qp->rnr_waiting)
+			continue;
+		pthread_mutex_lock(&qp->sq_lock);
+		uint64_t due = qp->sq_count ? ((struct sv_swqe *)(qp->sq + (size_t)qp->sq_head *
+								 qp->sq_stride))->rnr_deadline : 0;
+		pthread_mutex_unlock(&qp->sq_lock);
+		if (due <= now)
+			sv_sq_progress(qp);
+		else if (due < *next)
+			*next = due;
+	}
+	pthread_mutex_unlock(&c->lock);
+}
+
+static void *progress_main(void *arg)
+{
+	struct sv_context *c = arg;
+	struct shm_hdr *h = c->seg.h;
+
+	for (;;) {
+		/* Read the doorbell before scanning; sleeping only while it
+		 * still has this value means no ring is ever missed. */
+		uint32_t seq = atomic_load_explicit(&h->doorbell, memory_order_acquire);
+		if (atomic_load(&c->stopping))
+			break;
+		uint64_t next = UINT64_MAX;
+		deliver(c, &next);
+		struct timespec ts, *tp = NULL;
+		if (next != UINT64_MAX) {
+			uint64_t now = sv_now_ns(), d = next > now ? next - now : 0;
+			ts.tv_sec = (time_t)(d / 1000000000ull);
+			ts.tv_nsec = (long)(d % 1000000000ull);
+			tp = &ts;
+		}
+		syscall(SYS_futex, &h->doorbell, FUTEX_WAIT, seq, tp, NULL, 0);
+	}
+	return NULL;
+}
+
+int sv_progress_start(struct sv_context *c)
+{
+	int ret = pthread_create(&c->progress, NULL, progress_main, c);
+
+	c->progress_started = !ret;
+	return ret;
+}
+
+void sv_progress_stop(struct sv_context *c)
+{
+	if (!c->progress_started)
+		return;
+	atomic_store(&c->stopping, true);
+	sv_seg_ring(c->seg.h);
+	pthread_join(c->progress, NULL);
+	c->progress_started = false;
+}

@@ -1,0 +1,555 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The requester: ibv_post_send's checks, the send queue, and execution.
+ *
+ * A send queue is private to the QP's process.  post_send validates each
+ * WR (errors the verb itself must return), queues it, and runs the queue:
+ * each WQE is executed to the end -- the responder's checks against the
+ * target's segment, the one copy, the completions -- unless it must wait
+ * for an RNR or retry timer, in which case it and everything behind it
+ * wait for the progress thread.  Completions are therefore in order and
+ * exactly once per WQE.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+
+/* What each WR opcode is, and which QP types may post it (IBA 9.2, C10-?:
+ * UC has no READ or ATOMIC, UD has only SEND). */
+enum {
+	F_SEND = 1 << 0, F_WRITE = 1 << 1, F_READ = 1 << 2, F_ATOMIC = 1 << 3,
+	F_IMM = 1 << 4, F_RECV = 1 << 5,	/* consumes a receive WQE */
+};
+enum { T_RC = 1 << 0, T_UC = 1 << 1, T_UD = 1 << 2 };
+
+static const struct wr_info {
+	const char *name;
+	unsigned flags, types;
+	enum ibv_wc_opcode wc;
+} wr_info[] = {
+	[IBV_WR_RDMA_WRITE] = { "RDMA_WRITE", F_WRITE, T_RC | T_UC, IBV_WC_RDMA_WRITE },
+	[IBV_WR_RDMA_WRITE_WITH_IMM] = { "RDMA_WRITE_WITH_IMM", F_WRITE | F_IMM | F_RECV,
+					 T_RC | T_UC, IBV_WC_RDMA_WRITE },
+	[IBV_WR_SEND] = { "SEND", F_SEND | F_RECV, T_RC | T_UC | T_UD, IBV_WC_SEND },
+	[IBV_WR_SEND_WITH_IMM] = { "SEND_WITH_IMM", F_SEND | F_IMM | F_RECV, T_RC | T_UC | T_UD,
+				   IBV_WC_SEND },
+	[IBV_WR_RDMA_READ] = { "RDMA_READ", F_READ, T_RC, IBV_WC_RDMA_READ },
+	[IBV_WR_ATOMIC_CMP_AND_SWP] = { "ATOMIC_CMP_AND_SWP", F_ATOMIC, T_RC, IBV_WC_COMP_SWAP },
+	[IBV_WR_ATOMIC_FETCH_AND_ADD] = { "ATOMIC_FETCH_AND_ADD", F_ATOMIC, T_RC, IBV_WC_FETCH_ADD },
+};
+
+static unsigned type_bit(enum ibv_qp_type t)
+{
+	return t == IBV_QPT_RC ? T_RC : t == IBV_QPT_UC ? T_UC : t == IBV_QPT_UD ? T_UD : 0;
+}
+
+static struct sv_swqe *sq_slot(struct sv_qp *qp, uint32_t i)
+{
+	return (struct sv_swqe *)(qp->sq + (size_t)(i % qp->sq_size) * qp->sq_stride);
+}
+
+static void *inline_buf(struct sv_qp *qp, struct sv_swqe *w)
+{
+	return &w->sge[qp->cap.max_send_sge ? qp->cap.max_send_sge : 1];
+}
+
+/* IBA Table 45 (RNR NAK timer field): code -> microseconds x 100. */
+static const uint32_t rnr_table_10us[32] = {
+	65536, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192,
+	256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576,
+	32768, 49152,
+};
+
+uint64_t sv_rnr_delay_ns(unsigned code)
+{
+	return (uint64_t)rnr_table_10us[code & 31] * 10000ull;
+}
+
+/* IBA 9.7.6.1.3: the local ACK timeout is 4.096 us * 2^timeout. */
+static uint64_t ack_timeout_ns(unsigned timeout)
+{
+	return 4096ull << (timeout > 31 ? 31 : timeout);
+}
+
+static int check_wr(struct sv_qp *qp, const struct ibv_send_wr *wr, const char **why)
+{
+	const struct wr_info *wi = (unsigned)wr->opcode < SV_ARRAY_SIZE(wr_info) ?
+				   &wr_info[wr->opcode] : NULL;
+
+	if (!wi || !wi->name) {
+		*why = "opcode is not supported yet (memory windows, invalidation, TSO, "
+		       "atomic write come later)";
+		return EOPNOTSUPP;
+	}
+	if (!(wi->types & type_bit(qp->ex.qp_base.qp_type))) {
+		*why = "opcode is not valid for this QP type (UC: no READ/ATOMIC; UD: SEND only)";
+		return EINVAL;
+	}
+	if (wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->cap.max_send_sge) {
+		*why = "num_sge exceeds the QP's max_send_sge";
+		return EINVAL;
+	}
+	if ((wi->flags & F_ATOMIC) && wr->num_sge != 1) {
+		*why = "an atomic needs exactly one 8-byte SGE for the original value";
+		return EINVAL;
+	}
+	if ((wr->send_flags & IBV_SEND_INLINE) && !(wi->flags & (F_READ | F_ATOMIC))) {
+		uint64_t len = 0;
+		for (int i = 0; i < wr->num_sge; i++)
+			len += wr->sg_list[i].length;
+		if (len > qp->cap.max_inline_data) {
+			*why = "inline data exceeds the QP's max_inline_data";
+			return EINVAL;
+		}
+	}
+	if (qp->ex.qp_base.qp_type == IBV_QPT_UD && !sv_obj_live(wr->wr.ud.ah, SV_OBJ_AH)) {
+		*why = "wr.ud.ah is not a live address handle";
+		return EINVAL;
+	}
+	return 0;
+}
+
+static void queue_wr(struct sv_qp *qp, const struct ibv_send_wr *wr)
+{
+	struct sv_swqe *w = sq_slot(qp, qp->sq_head + qp->sq_count);
+	bool inl = (wr->send_flags & IBV_SEND_INLINE) &&
+		   !(wr_info[wr->opcode].flags & (F_READ | F_ATOMIC));
+
+	memset(w, 0, sizeof(*w));
+	w->wr_id = wr->wr_id;
+	w->opcode = wr->opcode;
+	w->send_flags = wr->send_flags;
+	w->imm = wr->imm_data;
+	w->remote_addr = wr->wr.rdma.remote_addr;
+	w->rkey = wr->wr.rdma.rkey;
+	if (wr_info[wr->opcode].flags & F_ATOMIC) {
+		w->remote_addr = wr->wr.atomic.remote_addr;
+		w->rkey = wr->wr.atomic.rkey;
+		w->compare_add = wr->wr.atomic.compare_add;
+		w->swap = wr->wr.atomic.swap;
+	}
+	if (qp->ex.qp_base.qp_type == IBV_QPT_UD) {
+		w->remote_qpn = wr->wr.ud.remote_qpn;
+		w->remote_qkey = wr->wr.ud.remote_qkey;
+		w->av = sv_ah(wr->wr.ud.ah)->attr;
+	}
+	if (inl) {
+		/* Inline data is copied now: the buffer may be reused as soon
+		 * as post_send returns. */
+		char *dst = inline_buf(qp, w);
+		for (int i = 0; i < wr->num_sge; i++) {
+			memcpy(dst + w->inline_len, (void *)(uintptr_t)wr->sg_list[i].addr,
+			       wr->sg_list[i].length);
+			w->inline_len += wr->sg_list[i].length;
+		}
+		w->num_sge = 0;
+	} else {
+		w->num_sge = (uint32_t)wr->num_sge;
+		memcpy(w->sge, wr->sg_list, (size_t)wr->num_sge * sizeof(w->sge[0]));
+	}
+	w->rnr_left = qp->attr.rnr_retry == 7 ? -1 : qp->attr.rnr_retry;
+	w->retry_left = qp->attr.retry_cnt;
+	qp->sq_count++;
+}
+
+int sv_post_send(struct ibv_qp *ib, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+{
+	struct sv_qp *qp = sv_qp(ib);
+	enum ibv_qp_state st = atomic_load_explicit(&qp->sh->state, memory_order_relaxed);
+	const char *why = NULL;
+	int ret = 0;
+
+	/* C10-30: the send queue accepts work from RTS on (and in SQD and
+	 * ERR, where it is held or flushed). */
+	if (st < IBV_QPS_RTS) {
+		*bad = wr;
+		return sv_fail(EINVAL, "ibv_post_send", "qpn 0x%x is in %s; post_send needs RTS",
+			       ib->qp_num, sv_qp_state_name(st));
+	}
+	pthread_mutex_lock(&qp->sq_lock);
+	for (; wr; wr = wr->next) {
+		ret = check_wr(qp, wr, &why);
+		if (!ret && qp->sq_count >= qp->cap.max_send_wr) {
+			ret = ENOMEM;
+			why = "the send queue is full (max_send_wr outstanding)";
+		}
+		if (ret) {
+			*bad = wr;
+			sv_fail(ret, "ibv_post_send", "qpn 0x%x wr_id 0x%llx: %s", ib->qp_num,
+				(unsigned long long)wr->wr_id, why);
+			break;
+		}
+		queue_wr(qp, wr);
+	}
+	pthread_mutex_unlock(&qp->sq_lock);
+	sv_sq_progress(qp);
+	return ret;
+}
+
+/* ---- execution ---- */
+
+/* The local side of a WQE: lkeys in this context, in the QP's PD. */
+static enum sv_result local_iov(struct sv_qp *qp, struct sv_swqe *w, bool write,
+				struct iovec *iov, int *n, uint64_t *len)
+{
+	*n = 0;
+	*len = 0;
+	if (w->inline_len || !w->num_sge) {
+		if (w->inline_len) {
+			iov[0].iov_base = inline_buf(qp, w);
+			iov[0].iov_len = w->inline_len;
+			*n = 1;
+			*len = w->inline_len;
+		}
+		return SV_R_OK;
+	}
+	for (uint32_t i = 0; i < w->num_sge; i++) {
+		const struct ibv_sge *s = &w->sge[i];
+		if (!s->length)
+			continue;
+		struct sv_mr *mr = sv_keytab_lookup(&qp->ctx->mrs, s->lkey);
+		/* C10-?? (10.6.3.1): the lkey must name an MR of the QP's PD
+		 * covering the SGE, writable when the HCA writes into it. */
+		if (!mr || mr->pd != qp->pd || s->addr < mr->iova ||
+		    s->length > mr->ibmr.length || s->addr - mr->iova > mr->ibmr.length - s->length ||
+		    (write && !(mr->access & IBV_ACCESS_LOCAL_WRITE))) {
+			sv_dbg("qpn 0x%x wr_id 0x%llx: lkey 0x%x does not cover [0x%llx, +%u)",
+			       qp->ex.qp_base.qp_num, (unsigned long long)w->wr_id, s->lkey,
+			       (unsigned long long)s->addr, s->length);
+			return SV_R_LOC_PROT;
+		}
+		iov[*n].iov_base = (char *)mr->ibmr.addr + (s->addr - mr->iova);
+		iov[*n].iov_len = s->length;
+		(*n)++;
+		*len += s->length;
+	}
+	return SV_R_OK;
+}
+
+/* The 40 bytes that precede a UD message in the receive buffer: a GRH
+ * (IBA 8.3), or for an IPv4-mapped RoCEv2 GID the IPv4 header in its last
+ * 20 bytes, as RoCEv2 HCAs write it. */
+static void build_grh(struct sv_qp *qp, const struct ibv_ah_attr *av, uint32_t len, uint8_t *g)
+{
+	union ibv_gid sgid = { 0 };
+
+	memset(g, 0, 40);
+	if (!av->is_global)
+		return;
+	sv_gid_entry(qp->ctx->dev, av->grh.sgid_index, &sgid, NULL);
+	const uint8_t *d = av->grh.dgid.raw;
+	bool v4 = !memcmp(d, "\0\0\0\0\0\0\0\0\0\0\xff\xff", 12);
+	if (v4) {
+		uint8_t *ip = g + 20;
+		uint16_t tot = (uint16_t)(len + 20 + 8 + 12 + 4);	/* IP + UDP + BTH/DETH + ICRC */
+		ip[0] = 0x45;
+		ip[1] = av->grh.traffic_class;
+		ip[2] = (uint8_t)(tot >> 8);
+		ip[3] = (uint8_t)tot;
+		ip[8] = av->grh.hop_limit ? av->grh.hop_limit : 64;
+		ip[9] = 17;	/* UDP */
+		memcpy(ip + 12, &sgid.raw[12], 4);
+		memcpy(ip + 16, &d[12], 4);
+		uint32_t sum = 0;
+		for (int i = 0; i < 20; i += 2)
+			sum += (uint32_t)(ip[i] << 8 | ip[i + 1]);
+		while (sum >> 16)
+			sum = (sum & 0xffff) + (sum >> 16);
+		ip[10] = (uint8_t)(~sum >> 8);
+		ip[11] = (uint8_t)~sum;
+		return;
+	}
+	struct ibv_grh *h = (struct ibv_grh *)g;
+	h->version_tclass_flow = htonl(6u << 28 | (uint32_t)av->grh.traffic_class << 20 |
+				       (av->grh.flow_label & 0xfffff));
+	h->paylen = htons((uint16_t)(len + 12 + 8 + 4));
+	h->next_hdr = 0x1b;
+	h->hop_limit = av->grh.hop_limit;
+	h->sgid = sgid;
+	memcpy(&h->dgid, d, 16);
+}
+
+static enum sv_result deliver_recv(struct sv_qp *qp, struct sv_swqe *w, struct sv_target *t,
+				   struct iovec *liov, int nl, uint64_t len, bool data)
+{
+	union { struct shm_rwqe w; char buf[sizeof(struct shm_rwqe) + SV_MAX_SGE * sizeof(struct ibv_sge)]; } rw;
+	struct iovec riov[SV_MAX_SGE], src[SV_MAX_SGE + 1];
+	struct shm_mr *held[SV_MAX_SGE];
+	bool ud = qp->ex.qp_base.qp_type == IBV_QPT_UD;
+	uint8_t grh[40];
+	uint64_t cap;
+	enum sv_result r = sv_resp_take_recv(t, &rw.w);
+
+	if (r != SV_R_OK)
+		return r;
+	r = sv_resp_recv_iov(t, &rw.w, riov, &cap, held);
+	if (r != SV_R_OK) {
+		/* The receiver's own buffer is bad: its local protection error,
+		 * and a Remote Operational Error NAK (9.7.5.2.8). */
+		sv_resp_fail(t, &rw.w, IBV_WC_LOC_PROT_ERR, -1);
+		return r;
+	}
+	uint64_t need = data ? len + (ud ? 40 : 0) : 0;
+	if (need > cap) {
+		/* C9-?? (9.7.4.1.7): a message longer than the receive
+		 * buffer is a local length error at the responder and an
+		 * Invalid Request NAK for the requester. */
+		sv_resp_recv_put(&rw.w, held);
+		sv_resp_fail(t, &rw.w, IBV_WC_LOC_LEN_ERR, -1);
+		return SV_R_NAK_INV_REQ;
+	}
+	int ns = 0;
+	if (data && ud) {
+		build_grh(qp, &w->av, (uint32_t)len, grh);
+		src[ns].iov_base = grh;
+		src[ns++].iov_len = 40;
+	}
+	for (int i = 0; data && i < nl; i++)
+		src[ns++] = liov[i];
+	int err = need ? sv_copy_to(t->pid, src, ns, riov, (int)rw.w.num_sge) : 0;
+	sv_resp_recv_put(&rw.w, held);
+	if (err) {
+		sv_resp_fail(t, &rw.w, IBV_WC_LOC_PROT_ERR, -1);
+		return err == ESRCH ? SV_R_NO_RESPONSE : SV_R_NAK_OP;
+	}
+	struct shm_cqe e = {
+		.wr_id = rw.w.wr_id, .status = IBV_WC_SUCCESS,
+		.opcode = data ? IBV_WC_RECV : IBV_WC_RECV_RDMA_WITH_IMM,
+		.byte_len = (uint32_t)(data ? need : len), .qp_num = t->qp->qpn,
+		.src_qp = qp->ex.qp_base.qp_num, .slid = sv_reg_lid(qp->ctx->dev->index),
+		.sl = w->av.sl, .solicited = !!(w->send_flags & IBV_SEND_SOLICITED),
+		.ts = sv_now_ns(),
+	};
+	if (wr_info[w->opcode].flags & F_IMM) {
+		e.imm = w->imm;
+		e.wc_flags |= IBV_WC_WITH_IMM;
+	}
+	if (ud && w->av.is_global)
+		e.wc_flags |= IBV_WC_GRH;
+	if (sv_config()->link == SV_LINK_ROCE)
+		e.slid = 0;
+	sv_cq_push(t->seg, shm_at(t->seg, t->qp->rcq_off), &e);
+	return SV_R_OK;
+}
+
+static enum sv_result do_atomic(struct sv_qp *qp, struct sv_swqe *w, struct sv_target *t,
+				struct iovec *liov, uint64_t len)
+{
+	struct shm_mr *mr;
+	void *addr;
+	uint64_t old, new;
+
+	if (len != 8)
+		return SV_R_LOC_LEN;
+	/* C9-?? (9.4.5): atomics act on naturally aligned 8-byte words. */
+	if (w->remote_addr & 7)
+		return SV_R_NAK_INV_REQ;
+	enum sv_result r = sv_resp_mr_get(t, w->rkey, w->remote_addr, 8, IBV_ACCESS_REMOTE_ATOMIC,
+					  &mr, &addr);
+	if (r != SV_R_OK)
+		return r;
+	struct iovec rv = { addr, 8 }, ov = { &old, 8 }, nv = { &new, 8 };
+	/* IBV_ATOMIC_HCA: atomic against every other softverbs atomic on
+	 * this target, which all take this lock. */
+	sv_shm_lock(&t->seg->atomic_lock);
+	int err = sv_copy_from(t->pid, &ov, 1, &rv, 1);
+	if (!err) {
+		if (w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)
+			new = old + w->compare_add;
+		else
+			new = old == w->compare_add ? w->swap : old;
+		err = new == old ? 0 : sv_copy_to(t->pid, &nv, 1, &rv, 1);
+	}
+	sv_shm_unlock(&t->seg->atomic_lock);
+	sv_resp_mr_put(mr);
+	if (err)
+		return err == ESRCH ? SV_R_NO_RESPONSE : SV_R_NAK_OP;
+	memcpy(liov[0].iov_base, &old, 8);
+	return SV_R_OK;
+}
+
+static enum sv_result execute(struct sv_qp *qp, struct sv_swqe *w)
+{
+	const struct wr_info *wi = &wr_info[w->opcode];
+	enum ibv_qp_type type = qp->ex.qp_base.qp_type;
+	struct iovec liov[SV_MAX_SGE + 1];
+	struct sv_target t;
+	uint64_t len;
+	int nl;
+
+	enum sv_result r = local_iov(qp, w, (wi->flags & (F_READ | F_ATOMIC)) != 0, liov, &nl, &len);
+	if (r != SV_R_OK)
+		return r;
+	if (len > SV_MAX_MSG_SZ)
+		return SV_R_LOC_LEN;
+	/* A UD message fits one MTU (IBA 9.8.2). */
+	if (type == IBV_QPT_UD && len > (128u << sv_config()->active_mtu))
+		return SV_R_LOC_LEN;
+
+	uint32_t qpn = type == IBV_QPT_UD ? w->remote_qpn : qp->attr.dest_qp_num;
+	r = sv_resp_find(qp, qpn, &t);
+	if (r != SV_R_OK)
+		return r;
+	if (type == IBV_QPT_UD) {
+		/* C10-15: the Q_Key with its high bit set is the QP's own. */
+		uint32_t qkey = w->remote_qkey & 0x80000000u ? qp->attr.qkey : w->remote_qkey;
+		if (qkey != atomic_load_explicit(&t.qp->qkey, memory_order_relaxed))
+			return SV_R_DROPPED;
+	}
+
+	if (wi->flags & F_SEND)
+		return deliver_recv(qp, w, &t, liov, nl, len, true);
+	if (wi->flags & F_ATOMIC)
+		return do_atomic(qp, w, &t, liov, len);
+
+	struct shm_mr *mr;
+	void *addr;
+	unsigned access = wi->flags & F_READ ? IBV_ACCESS_REMOTE_READ : IBV_ACCESS_REMOTE_WRITE;
+	r = sv_resp_mr_get(&t, w->rkey, w->remote_addr, len, access, &mr, &addr);
+	if (r != SV_R_OK)
+		return r;
+	if (wi->flags & F_RECV) {
+		/* WRITE_WITH_IMM also consumes a receive WQE: RNR without one. */
+		struct iovec none;
+		r = deliver_recv(qp, w, &t, &none, 0, len, false);
+		if (r != SV_R_OK) {
+			sv_resp_mr_put(mr);
+			return r;
+		}
+	}
+	struct iovec rv = { addr, len };
+	int err = !len ? 0 : wi->flags & F_READ ? sv_copy_from(t.pid, liov, nl, &rv, 1)
+						 : sv_copy_to(t.pid, liov, nl, &rv, 1);
+	sv_resp_mr_put(mr);
+	if (err)
+		return err == ESRCH ? SV_R_NO_RESPONSE : SV_R_NAK_OP;
+	return SV_R_OK;
+}
+
+/* The responder-side consequence of a NAK the requester received. */
+static void responder_error(struct sv_qp *qp, struct sv_swqe *w, enum sv_result r)
+{
+	struct sv_target t;
+
+	if (qp->ex.qp_base.qp_type != IBV_QPT_RC || sv_resp_find(qp, qp->attr.dest_qp_num, &t))
+		return;
+	/* IBA 11.6.3.1: the responder's QP goes to ERR with an affiliated
+	 * event: access violations and invalid requests. */
+	if (r == SV_R_NAK_ACCESS)
+		sv_resp_fail(&t, NULL, IBV_WC_SUCCESS, IBV_EVENT_QP_ACCESS_ERR);
+	else if (r == SV_R_NAK_INV_REQ && (wr_info[w->opcode].flags & F_ATOMIC))
+		sv_resp_fail(&t, NULL, IBV_WC_SUCCESS, IBV_EVENT_QP_REQ_ERR);
+}
+
+static void complete(struct sv_qp *qp, struct sv_swqe *w, enum ibv_wc_status status,
+		     uint64_t len)
+{
+	if (status == IBV_WC_SUCCESS && !(w->send_flags & IBV_SEND_SIGNALED) && !qp->sq_sig_all)
+		return;
+	struct shm_cqe e = {
+		.wr_id = w->wr_id, .status = status, .opcode = wr_info[w->opcode].wc,
+		.qp_num = qp->ex.qp_base.qp_num, .byte_len = (uint32_t)len, .ts = sv_now_ns(),
+	};
+	if (!sv_cq_push(qp->ctx->seg.h, qp->scq->sh, &e))
+		sv_warn("qpn 0x%x: send CQ overrun, completion of wr_id 0x%llx lost",
+			qp->ex.qp_base.qp_num, (unsigned long long)w->wr_id);
+}
+
+static uint64_t wqe_len(struct sv_swqe *w)
+{
+	uint64_t len = w->inline_len;
+
+	for (uint32_t i = 0; i < w->num_sge; i++)
+		len += w->sge[i].length;
+	return len;
+}
+
+void sv_sq_progress(struct sv_qp *qp)
+{
+	bool failed = false;
+
+	pthread_mutex_lock(&qp->sq_lock);
+	while (qp->sq_count && !failed) {
+		enum ibv_qp_state st = atomic_load_explicit(&qp->sh->state, memory_order_relaxed);
+		struct sv_swqe *w = sq_slot(qp, qp->sq_head);
+
+		if (st == IBV_QPS_ERR) {
+			failed = true;	/* flushed below, by sv_qp_to_err */
+			break;
+		}
+		if (st != IBV_QPS_RTS)
+			break;	/* SQD: held until RTS */
+		if (qp->rnr_waiting && sv_now_ns() < w->rnr_deadline)
+			break;
+		qp->rnr_waiting = false;
+		enum sv_result r = execute(qp, w);
+		enum ibv_qp_type type = qp->ex.qp_base.qp_type;
+
+		if (type != IBV_QPT_RC && (r == SV_R_RNR || r == SV_R_NO_RESPONSE ||
+					   r == SV_R_NAK_ACCESS || r == SV_R_NAK_INV_REQ ||
+					   r == SV_R_NAK_OP))
+			r = SV_R_DROPPED;	/* UC and UD have no responses */
+		if (r == SV_R_RNR || r == SV_R_NO_RESPONSE) {
+			/* C9-140/C9-141: retry after the responder's RNR
+			 * timer, or after the ACK timeout, while counts last
+			 * (rnr_retry 7 = forever; timeout 0 = forever). */
+			bool rnr = r == SV_R_RNR;
+			int *left = rnr ? &w->rnr_left : &w->retry_left;
+			if (*left == 0) {
+				r = rnr ? SV_R_RNR_EXHAUSTED : SV_R_NO_RESPONSE;
+			} else {
+				if (*left > 0)
+					(*left)--;
+				struct sv_target t;
+				unsigned code = 0;
+				if (rnr && !sv_resp_find(qp, qp->attr.dest_qp_num, &t))
+					code = t.qp->min_rnr_timer;
+				w->rnr_deadline = sv_now_ns() + (rnr ? sv_rnr_delay_ns(code) :
+							 qp->attr.timeout ? ack_timeout_ns(qp->attr.timeout) :
+							 UINT64_MAX / 2);
+				qp->rnr_waiting = true;
+				sv_seg_ring(qp->ctx->seg.h);	/* the progress thread sets its timer */
+				break;
+			}
+		}
+		enum ibv_wc_status status = sv_result_status(r);
+		if (status != IBV_WC_SUCCESS) {
+			sv_explain("error completion", "qpn 0x%x wr_id 0x%llx %s to qpn 0x%x: %s (%s)",
+				qp->ex.qp_base.qp_num, (unsigned long long)w->wr_id,
+				wr_info[w->opcode].name, qp->attr.dest_qp_num, ibv_wc_status_str(status),
+				sv_result_name(r));
+			responder_error(qp, w, r);
+			failed = true;
+		}
+		complete(qp, w, status, wqe_len(w));
+		qp->sq_head = (qp->sq_head + 1) % qp->sq_size;
+		qp->sq_count--;
+	}
+	pthread_mutex_unlock(&qp->sq_lock);
+	/* C10-?? (10.8.3.3): an error completion takes the QP to ERR, and
+	 * every WQE behind it is flushed. */
+	if (failed)
+		sv_qp_to_err(qp, -1);
+}
+
+void sv_sq_flush(struct sv_qp *qp)
+{
+	pthread_mutex_lock(&qp->sq_lock);
+	while (qp->sq_count) {
+		struct sv_swqe *w = sq_slot(qp, qp->sq_head);
+		/* C10-?? (10.3.1.7): flushed WQEs complete even when unsignaled. */
+		struct shm_cqe e = { .wr_id = w->wr_id, .status = IBV_WC_WR_FLUSH_ERR,
+				     .opcode = wr_info[w->opcode].wc,
+				     .qp_num = qp->ex.qp_base.qp_num, .ts = sv_now_ns() };
+		sv_cq_push(qp->ctx->seg.h, qp->scq->sh, &e);
+		qp->sq_head = (qp->sq_head + 1) % qp->sq_size;
+		qp->sq_count--;
+	}
+	qp->rnr_waiting = false;
+	pthread_mutex_unlock(&qp->sq_lock);
+}

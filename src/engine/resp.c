@@ -1,0 +1,173 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The responder's checks (IBA 9.7.4 and rxe_resp.c), executed by the
+ * initiator against the target context's segment: that is how a one-sided
+ * operation completes while the target process sleeps.  Each check names
+ * the outcome the requester sees; the responder's own side effects (an
+ * error completion on the receive WQE, the QP moving to ERR, an affiliated
+ * event) are posted to the target through its segment and delivered by its
+ * progress thread.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <string.h>
+
+#include "engine.h"
+
+enum sv_result sv_resp_find(struct sv_qp *qp, uint32_t qpn, struct sv_target *t)
+{
+	struct sv_reg_ep_info ep;
+
+	/* No owner, no segment or no such QP: nothing answers (9.7.6). */
+	if (sv_reg_qpn_owner(qpn, &ep))
+		return SV_R_NO_RESPONSE;
+	t->seg = sv_seg_peer(ep.index, ep.pid, ep.start_time);
+	if (!t->seg)
+		return SV_R_NO_RESPONSE;
+	t->qp = sv_seg_qp(t->seg, qpn);
+	t->pid = ep.pid;
+	if (!t->qp || t->qp->type != qp->ex.qp_base.qp_type)
+		return SV_R_NO_RESPONSE;
+	/* C10-29: a QP receives only in RTR, RTS and SQD; packets for a QP
+	 * in any other state are silently dropped. */
+	uint8_t st = atomic_load_explicit(&t->qp->state, memory_order_acquire);
+	if (st != IBV_QPS_RTR && st != IBV_QPS_RTS && st != IBV_QPS_SQD)
+		return SV_R_NO_RESPONSE;
+	return SV_R_OK;
+}
+
+/*
+ * Holding an MR: count ourselves in `users`, then re-check the key.  The
+ * owner's deregistration stores key 0 and then waits for users to drain;
+ * with sequentially consistent ordering on both sides, either we see key 0
+ * or the owner sees us, so memory is never written after dereg returns.
+ */
+static struct shm_mr *hold_mr(const struct shm_hdr *h, uint32_t key)
+{
+	uint32_t idx = key >> 8;
+
+	if (!idx || idx >= h->n_mrs)
+		return NULL;
+	struct shm_mr *m = &shm_mrs(h)[idx];
+	if (atomic_load(&m->key) != key)
+		return NULL;
+	atomic_fetch_add(&m->users, 1);
+	if (atomic_load(&m->key) != key) {
+		atomic_fetch_sub(&m->users, 1);
+		return NULL;
+	}
+	return m;
+}
+
+void sv_resp_mr_put(struct shm_mr *mr)
+{
+	if (mr)
+		atomic_fetch_sub(&mr->users, 1);
+}
+
+/* [va, va + len) inside the MR's IOVA range, without overflow. */
+static bool in_bounds(const struct shm_mr *m, uint64_t va, uint64_t len)
+{
+	return va >= m->iova && len <= m->length && va - m->iova <= m->length - len;
+}
+
+enum sv_result sv_resp_mr_get(struct sv_target *t, uint32_t rkey, uint64_t va, uint64_t len,
+			      unsigned access, struct shm_mr **mr, void **addr)
+{
+	*mr = NULL;
+	*addr = NULL;
+	/* C9-88: the QP must allow the remote access at all. */
+	if ((atomic_load_explicit(&t->qp->access, memory_order_relaxed) & access) != access)
+		return SV_R_NAK_ACCESS;
+	/* IBA 9.4.3: a zero-length RDMA carries no address to check. */
+	if (!len)
+		return SV_R_OK;
+	struct shm_mr *m = hold_mr(t->seg, rkey);
+	/* C9-89..C9-91 (rxe check_rkey): unknown or stale key, another PD,
+	 * missing rights, or outside the region: Remote Access Error. */
+	if (!m || m->pd != t->qp->pd || (m->access & access) != access || !in_bounds(m, va, len)) {
+		sv_resp_mr_put(m);
+		return SV_R_NAK_ACCESS;
+	}
+	*mr = m;
+	*addr = (void *)(uintptr_t)(m->addr + (va - m->iova));
+	return SV_R_OK;
+}
+
+enum sv_result sv_resp_take_recv(struct sv_target *t, struct shm_rwqe *out)
+{
+	bool srq = t->qp->srq_off != 0;
+	struct shm_wq *wq = shm_at(t->seg, srq ? t->qp->srq_off : t->qp->rq_off);
+	bool ring = false;
+
+	sv_shm_lock(&wq->lock);
+	if (!wq->count) {
+		sv_shm_unlock(&wq->lock);
+		return SV_R_RNR;	/* 9.7.5.2.8: no receive WQE, RNR NAK */
+	}
+	struct shm_rwqe *w = shm_wq_slot(t->seg, wq, wq->head);
+	memcpy(out, w, sizeof(*w) + w->num_sge * sizeof(w->sge[0]));
+	wq->head = (wq->head + 1) % wq->size;
+	wq->count--;
+	/* IBA 10.2.9.3: dropping below an armed limit raises one event. */
+	if (srq && wq->limit && wq->count < wq->limit) {
+		wq->limit = 0;
+		atomic_store_explicit(&wq->limit_hit, 1, memory_order_release);
+		ring = true;
+	}
+	sv_shm_unlock(&wq->lock);
+	if (ring)
+		sv_seg_ring(t->seg);
+	return SV_R_OK;
+}
+
+enum sv_result sv_resp_recv_iov(struct sv_target *t, const struct shm_rwqe *w, struct iovec *iov,
+				uint64_t *cap, struct shm_mr **held)
+{
+	*cap = 0;
+	for (uint32_t i = 0; i < w->num_sge; i++) {
+		const struct ibv_sge *s = &w->sge[i];
+		struct shm_mr *m = s->length ? hold_mr(t->seg, s->lkey) : NULL;
+
+		held[i] = m;
+		iov[i].iov_len = s->length;
+		iov[i].iov_base = NULL;
+		if (!s->length)
+			continue;
+		/* The receiver's own lkey: local write access in its PD. */
+		if (!m || m->pd != t->qp->pd || !(m->access & IBV_ACCESS_LOCAL_WRITE) ||
+		    !in_bounds(m, s->addr, s->length)) {
+			sv_resp_recv_put(w, held);
+			return SV_R_NAK_OP;
+		}
+		iov[i].iov_base = (void *)(uintptr_t)(m->addr + (s->addr - m->iova));
+		*cap += s->length;
+	}
+	return SV_R_OK;
+}
+
+void sv_resp_recv_put(const struct shm_rwqe *w, struct shm_mr **held)
+{
+	for (uint32_t i = 0; i < w->num_sge; i++) {
+		sv_resp_mr_put(held[i]);
+		held[i] = NULL;
+	}
+}
+
+void sv_resp_fail(struct sv_target *t, const struct shm_rwqe *wqe, enum ibv_wc_status status,
+		  int ev)
+{
+	if (wqe) {
+		struct shm_cqe e = { .wr_id = wqe->wr_id, .status = status, .opcode = IBV_WC_RECV,
+				     .qp_num = t->qp->qpn, .ts = sv_now_ns() };
+		sv_cq_push(t->seg, shm_at(t->seg, t->qp->rcq_off), &e);
+	}
+	/* No initiator may deliver to the QP from now on.  The owner applies
+	 * the rest of the transition (flushes, events) on its next verb on
+	 * the QP or from its progress thread, whichever comes first:
+	 * err_pending 0 = nothing, 1 = ERR without an event, 2 + ev = ERR
+	 * with affiliated event ev. */
+	atomic_store_explicit(&t->qp->state, IBV_QPS_ERR, memory_order_release);
+	atomic_store_explicit(&t->qp->err_pending, (uint32_t)(ev + 2), memory_order_release);
+	sv_seg_ring(t->seg);
+}

@@ -1,0 +1,380 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Shared segments: the owner's side (create, lay out, allocate queue
+ * blocks, destroy) and the peers' side (find and map another context's
+ * segment from the host registry).  The layout contract is in shm.h.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../../sv.h"
+
+void sv_seg_name(char *buf, size_t len, int32_t pid, uint32_t ep)
+{
+	snprintf(buf, len, "/dev/shm/softverbs-%u-seg-%d-%u", (unsigned)getuid(), (int)pid, ep);
+}
+
+void sv_shm_mutex_init(pthread_mutex_t *m)
+{
+	pthread_mutexattr_t ma;
+
+	pthread_mutexattr_init(&ma);
+	pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED);
+	pthread_mutexattr_setrobust(&ma, PTHREAD_MUTEX_ROBUST);
+	pthread_mutex_init(m, &ma);
+	pthread_mutexattr_destroy(&ma);
+}
+
+void sv_shm_lock(pthread_mutex_t *m)
+{
+	/* A holder that died mid-update leaves at worst one queue entry
+	 * half-written; the queue itself stays usable. */
+	if (pthread_mutex_lock(m) == EOWNERDEAD)
+		pthread_mutex_consistent(m);
+}
+
+void sv_shm_unlock(pthread_mutex_t *m)
+{
+	pthread_mutex_unlock(m);
+}
+
+static void reclaim_aged(struct sv_seg *s);
+
+static uint64_t align_up(uint64_t v)
+{
+	return (v + SHM_ALIGN - 1) & ~(uint64_t)(SHM_ALIGN - 1);
+}
+
+static uint64_t shm_layout(struct shm_hdr *h)
+{
+	uint64_t off = align_up(sizeof(*h));
+
+	h->n_mrs = SV_MAX_MR + 1;	/* key index 0 is never issued */
+	h->off_mrs = off;
+	off = align_up(off + (uint64_t)h->n_mrs * sizeof(struct shm_mr));
+	h->n_qps = SV_HOST_MAX_QP;
+	h->off_qps = off;
+	off = align_up(off + (uint64_t)h->n_qps * sizeof(uint64_t));
+	h->heap_off = (off + 4095) & ~4095ull;
+	return h->heap_off;
+}
+
+int sv_seg_create(struct sv_seg *s, uint32_t ep)
+{
+	char name[128];
+	int fd, ret;
+
+	memset(s, 0, sizeof(*s));
+	sv_seg_name(name, sizeof(name), getpid(), ep);
+	fd = open(name, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return errno;
+	if (ftruncate(fd, (off_t)SHM_SEG_SIZE)) {
+		ret = errno;
+		close(fd);
+		unlink(name);
+		return ret;
+	}
+	void *m = mmap(NULL, SHM_SEG_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	ret = errno;
+	close(fd);
+	if (m == MAP_FAILED) {
+		unlink(name);
+		return ret;
+	}
+	struct shm_hdr *h = m;
+	h->size = SHM_SEG_SIZE;
+	h->pid = getpid();
+	h->ep = ep;
+	s->heap_end = shm_layout(h);
+	sv_shm_mutex_init(&h->atomic_lock);
+	pthread_mutex_init(&s->lock, NULL);
+	s->h = h;
+	h->magic = SHM_MAGIC;
+	h->version = SHM_VERSION;
+	/* Pairs with the acquire load in sv_seg_peer(). */
+	atomic_store_explicit(&h->ready, 1, memory_order_release);
+	return 0;
+}
+
+void sv_seg_destroy(struct sv_seg *s)
+{
+	char name[128];
+
+	if (!s->h)
+		return;
+	sv_seg_name(name, sizeof(name), s->h->pid, s->h->ep);
+	unlink(name);
+	munmap(s->h, SHM_SEG_SIZE);
+	free(s->free);
+	free(s->quar);
+	pthread_mutex_destroy(&s->lock);
+	s->h = NULL;
+}
+
+/*
+ * Heap blocks: first fit over a sorted free list, with a bump pointer
+ * beyond it.  Only the owner allocates, so this lives in private memory.
+ * Freed pages are returned to tmpfs with MADV_REMOVE.
+ */
+uint64_t sv_seg_alloc(struct sv_seg *s, uint64_t size)
+{
+	uint64_t off = 0;
+
+	size = align_up(size);
+	pthread_mutex_lock(&s->lock);
+	reclaim_aged(s);
+	for (uint32_t i = 0; i < s->nfree; i++) {
+		if (s->free[i].len < size)
+			continue;
+		off = s->free[i].off;
+		s->free[i].off += size;
+		s->free[i].len -= size;
+		if (!s->free[i].len) {
+			memmove(&s->free[i], &s->free[i + 1], (s->nfree - i - 1) * sizeof(*s->free));
+			s->nfree--;
+		}
+		break;
+	}
+	if (!off && s->heap_end + size <= SHM_SEG_SIZE) {
+		off = s->heap_end;
+		s->heap_end += size;
+	}
+	pthread_mutex_unlock(&s->lock);
+	if (off)
+		memset(shm_at(s->h, off), 0, size);
+	return off;
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+static void free_now(struct sv_seg *s, uint64_t off, uint64_t size);
+
+/*
+ * A destroyed object's block is not reused for SHM_QUARANTINE_NS: an
+ * initiator in another process that looked the object up just before it
+ * was destroyed may still be finishing its operation on it (checks, then
+ * one copy, then one completion), and must not find a new object there.
+ */
+#define SHM_QUARANTINE_NS 2000000000ull
+
+static void reclaim_aged(struct sv_seg *s)
+{
+	uint64_t now = now_ns();
+	uint32_t kept = 0;
+
+	for (uint32_t i = 0; i < s->nquar; i++) {
+		if (now - s->quar[i].t >= SHM_QUARANTINE_NS)
+			free_now(s, s->quar[i].off, s->quar[i].len);
+		else
+			s->quar[kept++] = s->quar[i];
+	}
+	s->nquar = kept;
+}
+
+void sv_seg_free(struct sv_seg *s, uint64_t off, uint64_t size)
+{
+	pthread_mutex_lock(&s->lock);
+	if (s->nquar == s->quar_cap) {
+		uint32_t ncap = s->quar_cap ? s->quar_cap * 2 : 32;
+		void *n = realloc(s->quar, ncap * sizeof(*s->quar));
+		if (!n) {
+			pthread_mutex_unlock(&s->lock);
+			return;	/* only heap space is lost */
+		}
+		s->quar = n;
+		s->quar_cap = ncap;
+	}
+	s->quar[s->nquar++] = (struct sv_seg_extent){ off, align_up(size), now_ns() };
+	pthread_mutex_unlock(&s->lock);
+}
+
+/* Caller holds s->lock. */
+static void free_now(struct sv_seg *s, uint64_t off, uint64_t size)
+{
+	if (s->nfree == s->cap) {
+		uint32_t ncap = s->cap ? s->cap * 2 : 32;
+		void *n = realloc(s->free, ncap * sizeof(*s->free));
+		if (!n) {
+			return;	/* losing track of a block only wastes heap space */
+		}
+		s->free = n;
+		s->cap = ncap;
+	}
+	uint32_t i = 0;
+	while (i < s->nfree && s->free[i].off < off)
+		i++;
+	memmove(&s->free[i + 1], &s->free[i], (s->nfree - i) * sizeof(*s->free));
+	s->free[i].off = off;
+	s->free[i].len = size;
+	s->nfree++;
+	/* Coalesce with the neighbours. */
+	if (i + 1 < s->nfree && s->free[i].off + s->free[i].len == s->free[i + 1].off) {
+		s->free[i].len += s->free[i + 1].len;
+		memmove(&s->free[i + 1], &s->free[i + 2], (s->nfree - i - 2) * sizeof(*s->free));
+		s->nfree--;
+	}
+	if (i > 0 && s->free[i - 1].off + s->free[i - 1].len == s->free[i].off) {
+		s->free[i - 1].len += s->free[i].len;
+		memmove(&s->free[i], &s->free[i + 1], (s->nfree - i - 1) * sizeof(*s->free));
+		s->nfree--;
+	}
+	long pg = sysconf(_SC_PAGESIZE);
+	uint64_t a = (off + (uint64_t)pg - 1) & ~(uint64_t)(pg - 1), e = (off + size) & ~(uint64_t)(pg - 1);
+	if (e > a)
+		madvise(shm_at(s->h, a), e - a, MADV_REMOVE);
+}
+
+struct shm_wq *sv_seg_new_wq(struct sv_seg *s, uint32_t size, uint32_t max_sge, uint64_t *off)
+{
+	uint32_t stride = (uint32_t)align_up(sizeof(struct shm_rwqe) +
+					     (max_sge ? max_sge : 1) * sizeof(struct ibv_sge));
+	uint64_t o = sv_seg_alloc(s, sizeof(struct shm_wq) + SHM_ALIGN + (uint64_t)size * stride);
+
+	if (!o)
+		return NULL;
+	struct shm_wq *wq = shm_at(s->h, o);
+	sv_shm_mutex_init(&wq->lock);
+	wq->size = size ? size : 1;
+	wq->max_sge = max_sge;
+	wq->stride = stride;
+	wq->wqe_off = sv_seg_wq_slots(o);
+	*off = o;
+	return wq;
+}
+
+uint64_t sv_seg_wq_slots(uint64_t wq_off)
+{
+	return align_up(wq_off + sizeof(struct shm_wq));
+}
+
+uint64_t sv_seg_wq_bytes(const struct shm_wq *wq)
+{
+	return sizeof(*wq) + SHM_ALIGN + (uint64_t)wq->size * wq->stride;
+}
+
+/* ---- peers ---- */
+
+struct peer {
+	uint32_t ep;
+	int32_t pid;
+	uint64_t start_time;
+	struct shm_hdr *h;
+};
+
+static pthread_mutex_t peers_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct peer *peers;
+static uint32_t npeers, peers_cap;
+
+/* Local segments, so that same-process peers use the owner's mapping. */
+static struct shm_hdr *local_segs[64];
+
+void sv_seg_register_local(struct shm_hdr *h, bool add)
+{
+	pthread_mutex_lock(&peers_lock);
+	for (size_t i = 0; i < SV_ARRAY_SIZE(local_segs); i++) {
+		if (add && !local_segs[i]) {
+			local_segs[i] = h;
+			break;
+		}
+		if (!add && local_segs[i] == h) {
+			local_segs[i] = NULL;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&peers_lock);
+}
+
+/*
+ * The segment of endpoint ep owned by (pid, start_time), mapped once and
+ * kept for the life of the process: a peer that died leaves its mapping
+ * here (the file is unlinked, so only pages this process already touched
+ * stay), which is bounded by the number of peers ever talked to.
+ */
+struct shm_hdr *sv_seg_peer(uint32_t ep, int32_t pid, uint64_t start_time)
+{
+	struct shm_hdr *h = NULL;
+	char name[128];
+
+	pthread_mutex_lock(&peers_lock);
+	if (pid == getpid()) {
+		for (size_t i = 0; i < SV_ARRAY_SIZE(local_segs); i++)
+			if (local_segs[i] && local_segs[i]->ep == ep)
+				h = local_segs[i];
+		pthread_mutex_unlock(&peers_lock);
+		return h;
+	}
+	for (uint32_t i = 0; i < npeers; i++)
+		if (peers[i].ep == ep && peers[i].pid == pid && peers[i].start_time == start_time)
+			h = peers[i].h;
+	pthread_mutex_unlock(&peers_lock);
+	if (h)
+		return h;
+
+	sv_seg_name(name, sizeof(name), pid, ep);
+	int fd = open(name, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return NULL;
+	void *m = mmap(NULL, SHM_SEG_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (m == MAP_FAILED)
+		return NULL;
+	h = m;
+	if (!atomic_load_explicit(&h->ready, memory_order_acquire) || h->magic != SHM_MAGIC ||
+	    h->version != SHM_VERSION || h->pid != pid || h->ep != ep) {
+		munmap(m, SHM_SEG_SIZE);
+		return NULL;
+	}
+	pthread_mutex_lock(&peers_lock);
+	if (npeers == peers_cap) {
+		uint32_t ncap = peers_cap ? peers_cap * 2 : 16;
+		void *n = realloc(peers, ncap * sizeof(*peers));
+		if (!n) {
+			pthread_mutex_unlock(&peers_lock);
+			munmap(m, SHM_SEG_SIZE);
+			return NULL;
+		}
+		peers = n;
+		peers_cap = ncap;
+	}
+	peers[npeers++] = (struct peer){ ep, pid, start_time, h };
+	pthread_mutex_unlock(&peers_lock);
+	return h;
+}
+
+struct shm_qp *sv_seg_qp(const struct shm_hdr *h, uint32_t qpn)
+{
+	uint32_t i = qpn - SV_QPN_BASE;
+
+	if (qpn < SV_QPN_BASE || i >= h->n_qps)
+		return NULL;
+	/* Pairs with the release store in sv_seg_publish_qp(). */
+	uint64_t off = atomic_load_explicit(&shm_qp_dir(h)[i], memory_order_acquire);
+	return off ? shm_at(h, off) : NULL;
+}
+
+void sv_seg_publish_qp(struct shm_hdr *h, uint32_t qpn, uint64_t off)
+{
+	atomic_store_explicit(&shm_qp_dir(h)[qpn - SV_QPN_BASE], off, memory_order_release);
+}
+
+void sv_seg_ring(struct shm_hdr *h)
+{
+	atomic_fetch_add_explicit(&h->doorbell, 1, memory_order_release);
+	syscall(SYS_futex, &h->doorbell, FUTEX_WAKE, 1, NULL, NULL, 0);
+}

@@ -1,0 +1,148 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The per-context shared segment: the cross-process contract of the shm
+ * transport.  Every field is a fixed-size type at a fixed offset; peers
+ * locate objects by offsets from the segment base, never by pointers.
+ *
+ *   header | MR table | QPN directory | heap (CQs, receive queues)
+ *
+ * The owner creates and lays out the segment (shm_layout()), then stores
+ * `ready` last with release; a peer maps it, loads `ready` with acquire and
+ * checks magic and version before using anything else.
+ *
+ * Who writes what:
+ *   - MR entries, QP blocks, the directory: the owner only.  An entry's
+ *     `key` (MR) or directory slot (QP) is stored last, with release; a
+ *     reader loads it with acquire and then reads the rest.
+ *   - Receive queues and CQs: the owner and any initiator, under the
+ *     queue's robust process-shared mutex (a dead holder is recovered).
+ *   - `doorbell`: anyone; increment then FUTEX_WAKE.  The owner's progress
+ *     thread reads it with acquire before scanning and FUTEX_WAITs on the
+ *     value it read, so a ring between scan and sleep is never lost.
+ */
+#ifndef SV_SHM_H
+#define SV_SHM_H
+
+#include <infiniband/verbs.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#define SHM_MAGIC	0x4d485653u	/* "SVHM" */
+#define SHM_VERSION	1u
+#define SHM_SEG_SIZE	(256ull << 20)	/* sparse: only touched pages cost memory */
+#define SHM_ALIGN	64u
+
+struct shm_mr {
+	_Atomic uint32_t key;		/* lkey/rkey; 0 = none.  Stored last (release). */
+	uint32_t access;
+	uint32_t pd;			/* PD handle: rkey and QP must share it */
+	_Atomic uint32_t users;		/* initiators between check and copy end */
+	uint64_t addr, length, iova;
+	uint64_t pad[3];
+};
+_Static_assert(sizeof(struct shm_mr) == 64, "one cache line per MR");
+
+/* A receive queue: a QP's RQ or an SRQ. */
+struct shm_wq {
+	pthread_mutex_t lock;		/* robust, process-shared */
+	uint32_t size;			/* slots (max_wr) */
+	uint32_t max_sge;
+	uint32_t head, count;		/* under lock */
+	uint32_t limit;			/* SRQ limit; 0 = not armed */
+	_Atomic uint32_t limit_hit;	/* an initiator crossed the limit */
+	uint32_t stride;		/* bytes per WQE */
+	uint32_t pad;
+	uint64_t wqe_off;		/* segment offset of slot 0 */
+};
+
+struct shm_rwqe {
+	uint64_t wr_id;
+	uint32_t num_sge;
+	uint32_t pad;
+	struct ibv_sge sge[];
+};
+
+/* One completion, as produced by either side. */
+struct shm_cqe {
+	uint64_t wr_id;
+	uint64_t ts;
+	uint32_t status, opcode, vendor_err, byte_len;
+	uint32_t imm, qp_num, src_qp, wc_flags;
+	uint16_t pkey_index, slid;
+	uint8_t sl, dlid_path_bits, solicited, pad;
+	uint32_t pad2;
+};
+_Static_assert(sizeof(struct shm_cqe) == 64, "one cache line per CQE");
+
+struct shm_cq {
+	pthread_mutex_t lock;		/* robust, process-shared */
+	uint32_t size;			/* slots */
+	uint32_t head;			/* under lock */
+	_Atomic uint32_t count;		/* under lock for writers; polled without */
+	_Atomic uint32_t armed;		/* 0, 1 = next completion, 2 = next solicited */
+	_Atomic uint32_t notify;	/* an event is due: the owner delivers it */
+	_Atomic uint32_t overrun;	/* a completion found the CQ full */
+	uint64_t ring_off;
+};
+
+struct shm_qp {
+	uint32_t qpn;
+	uint8_t type;			/* enum ibv_qp_type */
+	_Atomic uint8_t state;		/* enum ibv_qp_state, mirrored by the owner */
+	uint8_t min_rnr_timer;		/* the responder's, sent back in RNR NAKs */
+	uint8_t port;
+	uint32_t pd;
+	_Atomic uint32_t access;	/* qp_access_flags */
+	_Atomic uint32_t qkey;
+	uint32_t pkey_index;
+	uint64_t rcq_off;		/* the receive CQ */
+	uint64_t rq_off;		/* own receive queue, or 0 */
+	uint64_t srq_off;		/* or the SRQ's */
+	_Atomic uint32_t err_pending;	/* an initiator moved it to ERR (IBV_EVENT_*) */
+	uint32_t pad;
+};
+
+struct shm_hdr {
+	uint32_t magic, version;
+	uint64_t size;
+	int32_t pid;
+	uint32_t ep;
+	uint64_t off_mrs;
+	uint32_t n_mrs;
+	uint32_t n_qps;
+	uint64_t off_qps;		/* uint64_t[n_qps]: QP block offset by QPN index */
+	uint64_t heap_off;
+	_Atomic uint32_t doorbell;	/* futex word: wakes the owner's progress thread */
+	uint32_t pad;
+	pthread_mutex_t atomic_lock;	/* serialises atomics aimed at this context */
+	_Atomic uint32_t ready;		/* stored last (release) */
+};
+
+static inline void *shm_at(const struct shm_hdr *h, uint64_t off)
+{
+	return (char *)h + off;
+}
+
+static inline struct shm_mr *shm_mrs(const struct shm_hdr *h)
+{
+	return shm_at(h, h->off_mrs);
+}
+
+static inline _Atomic uint64_t *shm_qp_dir(const struct shm_hdr *h)
+{
+	return shm_at(h, h->off_qps);
+}
+
+static inline struct shm_cqe *shm_cq_ring(const struct shm_hdr *h, const struct shm_cq *cq)
+{
+	return shm_at(h, cq->ring_off);
+}
+
+static inline struct shm_rwqe *shm_wq_slot(const struct shm_hdr *h, const struct shm_wq *wq,
+					   uint32_t i)
+{
+	return shm_at(h, wq->wqe_off + (uint64_t)(i % wq->size) * wq->stride);
+}
+
+#endif

@@ -237,6 +237,7 @@ struct sv_seg_extent {
 /* The owner's view of its shared segment. */
 struct sv_seg {
 	struct shm_hdr *h;
+	int fd;				/* the segment file; also context->cmd_fd */
 	pthread_mutex_t lock;		/* the allocator */
 	uint64_t heap_end;
 	struct sv_seg_extent *free, *quar;
@@ -344,7 +345,8 @@ struct sv_qp {
 	int attr_set;			/* the mask of attr fields ever set */
 	pthread_mutex_t lock;
 	uint32_t events_reported;
-	int wr_err;			/* ibv_wr_* batch state */
+	int wr_err;			/* ibv_wr_* batch: first error */
+	uint32_t wr_n;			/* ibv_wr_* batch: WQEs built */
 };
 
 struct sv_ah {
@@ -403,6 +405,10 @@ void sv_flush_rq(struct sv_qp *qp);
 void sv_sq_progress(struct sv_qp *qp);
 void sv_sq_flush(struct sv_qp *qp);
 uint64_t sv_rnr_delay_ns(unsigned min_rnr_timer);
+
+/* engine/wr.c: the ibv_wr_* send API */
+uint64_t sv_wr_ops_supported(enum ibv_qp_type type);
+void sv_wr_install(struct sv_qp *qp);
 
 /* engine/progress.c: the per-context progress thread */
 int sv_progress_start(struct sv_context *c);

@@ -57,4 +57,11 @@ enum sv_result sv_resp_recv_iov(struct sv_target *t, const struct shm_rwqe *w, s
 				uint64_t *cap, struct shm_mr **held);
 void sv_resp_recv_put(const struct shm_rwqe *w, struct shm_mr **held);
 
+/* engine/req.c: send-queue slots, shared by ibv_post_send and ibv_wr_*. */
+struct sv_swqe *sv_sq_slot(struct sv_qp *qp, uint32_t i);
+void *sv_swqe_inline(struct sv_qp *qp, struct sv_swqe *w);
+void sv_swqe_init(struct sv_qp *qp, struct sv_swqe *w, uint64_t wr_id, enum ibv_wr_opcode op,
+		  unsigned flags);
+bool sv_wr_opcode_ok(struct sv_qp *qp, enum ibv_wr_opcode op);
+
 #endif

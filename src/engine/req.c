@@ -48,14 +48,31 @@ static unsigned type_bit(enum ibv_qp_type t)
 	return t == IBV_QPT_RC ? T_RC : t == IBV_QPT_UC ? T_UC : t == IBV_QPT_UD ? T_UD : 0;
 }
 
-static struct sv_swqe *sq_slot(struct sv_qp *qp, uint32_t i)
+struct sv_swqe *sv_sq_slot(struct sv_qp *qp, uint32_t i)
 {
 	return (struct sv_swqe *)(qp->sq + (size_t)(i % qp->sq_size) * qp->sq_stride);
 }
 
-static void *inline_buf(struct sv_qp *qp, struct sv_swqe *w)
+void *sv_swqe_inline(struct sv_qp *qp, struct sv_swqe *w)
 {
 	return &w->sge[qp->cap.max_send_sge ? qp->cap.max_send_sge : 1];
+}
+
+void sv_swqe_init(struct sv_qp *qp, struct sv_swqe *w, uint64_t wr_id, enum ibv_wr_opcode op,
+		  unsigned flags)
+{
+	memset(w, 0, sizeof(*w));
+	w->wr_id = wr_id;
+	w->opcode = op;
+	w->send_flags = flags;
+	w->rnr_left = qp->attr.rnr_retry == 7 ? -1 : qp->attr.rnr_retry;
+	w->retry_left = qp->attr.retry_cnt;
+}
+
+bool sv_wr_opcode_ok(struct sv_qp *qp, enum ibv_wr_opcode op)
+{
+	return (unsigned)op < SV_ARRAY_SIZE(wr_info) && wr_info[op].name &&
+	       (wr_info[op].types & type_bit(qp->ex.qp_base.qp_type));
 }
 
 /* IBA Table 45 (RNR NAK timer field): code -> microseconds x 100. */
@@ -116,14 +133,11 @@ static int check_wr(struct sv_qp *qp, const struct ibv_send_wr *wr, const char *
 
 static void queue_wr(struct sv_qp *qp, const struct ibv_send_wr *wr)
 {
-	struct sv_swqe *w = sq_slot(qp, qp->sq_head + qp->sq_count);
+	struct sv_swqe *w = sv_sq_slot(qp, qp->sq_head + qp->sq_count);
 	bool inl = (wr->send_flags & IBV_SEND_INLINE) &&
 		   !(wr_info[wr->opcode].flags & (F_READ | F_ATOMIC));
 
-	memset(w, 0, sizeof(*w));
-	w->wr_id = wr->wr_id;
-	w->opcode = wr->opcode;
-	w->send_flags = wr->send_flags;
+	sv_swqe_init(qp, w, wr->wr_id, wr->opcode, wr->send_flags);
 	w->imm = wr->imm_data;
 	w->remote_addr = wr->wr.rdma.remote_addr;
 	w->rkey = wr->wr.rdma.rkey;
@@ -141,7 +155,7 @@ static void queue_wr(struct sv_qp *qp, const struct ibv_send_wr *wr)
 	if (inl) {
 		/* Inline data is copied now: the buffer may be reused as soon
 		 * as post_send returns. */
-		char *dst = inline_buf(qp, w);
+		char *dst = sv_swqe_inline(qp, w);
 		for (int i = 0; i < wr->num_sge; i++) {
 			memcpy(dst + w->inline_len, (void *)(uintptr_t)wr->sg_list[i].addr,
 			       wr->sg_list[i].length);
@@ -152,8 +166,6 @@ static void queue_wr(struct sv_qp *qp, const struct ibv_send_wr *wr)
 		w->num_sge = (uint32_t)wr->num_sge;
 		memcpy(w->sge, wr->sg_list, (size_t)wr->num_sge * sizeof(w->sge[0]));
 	}
-	w->rnr_left = qp->attr.rnr_retry == 7 ? -1 : qp->attr.rnr_retry;
-	w->retry_left = qp->attr.retry_cnt;
 	qp->sq_count++;
 }
 
@@ -201,7 +213,7 @@ static enum sv_result local_iov(struct sv_qp *qp, struct sv_swqe *w, bool write,
 	*len = 0;
 	if (w->inline_len || !w->num_sge) {
 		if (w->inline_len) {
-			iov[0].iov_base = inline_buf(qp, w);
+			iov[0].iov_base = sv_swqe_inline(qp, w);
 			iov[0].iov_len = w->inline_len;
 			*n = 1;
 			*len = w->inline_len;
@@ -476,7 +488,7 @@ void sv_sq_progress(struct sv_qp *qp)
 	pthread_mutex_lock(&qp->sq_lock);
 	while (qp->sq_count && !failed) {
 		enum ibv_qp_state st = atomic_load_explicit(&qp->sh->state, memory_order_relaxed);
-		struct sv_swqe *w = sq_slot(qp, qp->sq_head);
+		struct sv_swqe *w = sv_sq_slot(qp, qp->sq_head);
 
 		if (st == IBV_QPS_ERR) {
 			failed = true;	/* flushed below, by sv_qp_to_err */
@@ -541,7 +553,7 @@ void sv_sq_flush(struct sv_qp *qp)
 {
 	pthread_mutex_lock(&qp->sq_lock);
 	while (qp->sq_count) {
-		struct sv_swqe *w = sq_slot(qp, qp->sq_head);
+		struct sv_swqe *w = sv_sq_slot(qp, qp->sq_head);
 		/* C10-?? (10.3.1.7): flushed WQEs complete even when unsignaled. */
 		struct shm_cqe e = { .wr_id = w->wr_id, .status = IBV_WC_WR_FLUSH_ERR,
 				     .opcode = wr_info[w->opcode].wc,

@@ -92,6 +92,9 @@ SV_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 		goto out_ep;
 	}
 	sv_seg_register_local(c->seg.h, true);
+	/* The context's "command fd" names its segment, as the uverbs fd
+	 * names a kernel context (and is what ibv_import_device() takes). */
+	c->vctx.context.cmd_fd = c->seg.fd;
 	ret = sv_progress_start(c);
 	if (ret)
 		goto out_seg;

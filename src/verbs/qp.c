@@ -48,12 +48,14 @@ static int check_init_attr(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *
 	if ((a->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && a->create_flags)
 		return sv_fail(EOPNOTSUPP, verb, "create_flags 0x%x: no QP creation flag is "
 			       "supported", a->create_flags);
-	/* The ibv_wr_* send API arrives with the data path. */
-	if (a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
-		return sv_fail(EOPNOTSUPP, verb, "QPs for the ibv_wr_* API (send_ops_flags) are "
-			       "not supported yet; use ibv_post_send");
 	if (check_type(a, verb))
 		return errno;
+	if ((a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) &&
+	    (a->send_ops_flags & ~sv_wr_ops_supported(a->qp_type)))
+		return sv_fail(EOPNOTSUPP, verb, "send_ops_flags 0x%llx: a %s QP offers 0x%llx "
+			       "(memory windows, invalidation, TSO and atomic write come later)",
+			       (unsigned long long)a->send_ops_flags, sv_qp_type_name(a->qp_type),
+			       (unsigned long long)sv_wr_ops_supported(a->qp_type));
 	if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD))
 		return sv_fail(EINVAL, verb, "a %s QP needs a PD (IBV_QP_INIT_ATTR_PD)",
 			       sv_qp_type_name(a->qp_type));
@@ -178,6 +180,10 @@ struct ibv_qp *sv_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_
 	qp->srq = a->srq ? sv_srq(a->srq) : NULL;
 	qp->sq_sig_all = a->sq_sig_all;
 	qp->cap = a->cap;
+	if (a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) {
+		qp->send_ops_flags = a->send_ops_flags;
+		sv_wr_install(qp);
+	}
 	/* The actual capacities are reported back, as every provider does:
 	 * inline space is what a send slot really holds, and a QP on an SRQ
 	 * has no receive queue of its own. */

@@ -107,7 +107,7 @@ static void test_qp_reports_actual_caps(void **state)
 	assert_ptr_equal(q.send_cq, f->cq);
 	assert_int_equal(q.qp_type, IBV_QPT_RC);
 	assert_int_equal(qp->state, IBV_QPS_RESET);
-	/* An ibv_wr_* QP is not offered yet, so there is no qp_ex. */
+	/* Created without send_ops_flags: no ibv_qp_ex. */
 	assert_null(ibv_qp_to_qp_ex(qp));
 	assert_int_equal(ibv_destroy_qp(qp), 0);
 }
@@ -426,10 +426,22 @@ static void test_unsupported_is_eopnotsupp(void **state)
 	struct ibv_qp_init_attr_ex xia = { .qp_type = IBV_QPT_RC, .send_cq = f->cq, .recv_cq = f->cq,
 					   .pd = f->pd, .cap = { 1, 1, 1, 1, 0 },
 					   .comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
-					   .send_ops_flags = IBV_QP_EX_WITH_SEND };
+					   .send_ops_flags = IBV_QP_EX_WITH_BIND_MW };
 	errno = 0;
 	assert_null(ibv_create_qp_ex(f->ctx, &xia));
 	assert_int_equal(errno, EOPNOTSUPP);
+	/* UD offers SEND only. */
+	xia.qp_type = IBV_QPT_UD;
+	xia.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE;
+	errno = 0;
+	assert_null(ibv_create_qp_ex(f->ctx, &xia));
+	assert_int_equal(errno, EOPNOTSUPP);
+	xia.send_ops_flags = IBV_QP_EX_WITH_SEND;
+	struct ibv_qp *qx = ibv_create_qp_ex(f->ctx, &xia);
+	assert_non_null(qx);
+	assert_non_null(ibv_qp_to_qp_ex(qx));
+	assert_ptr_equal(&ibv_qp_to_qp_ex(qx)->qp_base, qx);
+	assert_int_equal(ibv_destroy_qp(qx), 0);
 	assert_int_equal(ibv_destroy_qp(qp), 0);
 }
 

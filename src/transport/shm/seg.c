@@ -86,11 +86,12 @@ int sv_seg_create(struct sv_seg *s, uint32_t ep)
 	}
 	void *m = mmap(NULL, SHM_SEG_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	ret = errno;
-	close(fd);
 	if (m == MAP_FAILED) {
+		close(fd);
 		unlink(name);
 		return ret;
 	}
+	s->fd = fd;
 	struct shm_hdr *h = m;
 	h->size = SHM_SEG_SIZE;
 	h->pid = getpid();
@@ -115,6 +116,7 @@ void sv_seg_destroy(struct sv_seg *s)
 	sv_seg_name(name, sizeof(name), s->h->pid, s->h->ep);
 	unlink(name);
 	munmap(s->h, SHM_SEG_SIZE);
+	close(s->fd);
 	free(s->free);
 	free(s->quar);
 	pthread_mutex_destroy(&s->lock);

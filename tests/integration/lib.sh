@@ -23,3 +23,41 @@ finish() {
 }
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
+
+# wait_listen PORT: until a TCP socket listens on PORT (at most 15 s).
+# Probing by connecting would steal the server's one accept().
+wait_listen() {
+	local hex
+	hex=$(printf ':%04X ' "$1")
+	for _ in $(seq 150); do
+		grep -q "$hex.* 0A " /proc/net/tcp /proc/net/tcp6 2>/dev/null && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+# pair PORT DESCRIPTION CMD ARGS...: run CMD as server and client on
+# localhost (the server with `-p PORT`), and pass if both exit 0.
+pair() {
+	local port=$1 what=$2
+	shift 2
+	timeout 120 "$@" -p "$port" >"$TMP/srv.log" 2>&1 &
+	local srv=$!
+	if ! wait_listen "$port"; then
+		bad "$what: the server never listened"; kill $srv 2>/dev/null; wait $srv 2>/dev/null
+		sed 's/^/    srv: /' "$TMP/srv.log" | tail -5
+		return 1
+	fi
+	timeout 120 "$@" -p "$port" localhost >"$TMP/cli.log" 2>&1
+	local crc=$?
+	wait $srv
+	local src=$?
+	if [ $crc -eq 0 ] && [ $src -eq 0 ]; then
+		ok "$what"
+		return 0
+	fi
+	bad "$what (client rc $crc, server rc $src)"
+	sed 's/^/    cli: /' "$TMP/cli.log" | tail -8
+	sed 's/^/    srv: /' "$TMP/srv.log" | tail -8
+	return 1
+}

@@ -1,0 +1,23 @@
+#!/bin/bash
+# Debian's perftest as server and client on localhost: the lat tests with
+# default sizes, the bw tests over every size (-a).  Then perftest's
+# ibv_wr_* path, taken when the device looks like a ConnectX-6.
+. "$(dirname "$0")/lib.sh"
+port=$((18800 + RANDOM % 200))
+iters=${SV_PERFTEST_ITERS:-200}
+for t in ib_send_lat ib_write_lat ib_read_lat ib_atomic_lat; do
+	pair $((port++)) "$t" $t -n "$iters" && expect "$t reports" "$TMP/cli.log" '^ +[0-9]+ +[0-9]+ +[0-9.]+'
+done
+for t in ib_send_bw ib_write_bw ib_read_bw; do
+	pair $((port++)) "$t -a" $t -a -n "$iters" &&
+		expect "$t -a: 8 MiB row" "$TMP/cli.log" '^ 8388608 +[0-9]+ +[0-9.]+'
+done
+pair $((port++)) "ib_atomic_bw" ib_atomic_bw -n "$iters"
+export SOFTVERBS_VENDOR_PART_ID=4123
+for t in ib_write_bw ib_send_bw ib_read_lat ib_atomic_lat; do
+	pair $((port++)) "$t (ibv_wr* API)" $t -n "$iters" &&
+		expect "$t used ibv_wr*" "$TMP/cli.log" 'ibv_wr\* API +: ON'
+done
+unset SOFTVERBS_VENDOR_PART_ID
+SOFTVERBS_LINK_LAYER=roce pair $((port++)) "ib_write_bw (RoCE)" ib_write_bw -n "$iters"
+finish

@@ -1,0 +1,839 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Data-path semantics with their exact work-completion statuses, as the
+ * IBA spec and rdma-core/rxe define them: remote and local access errors,
+ * short receive buffers, misaligned atomics, RNR and transport retries,
+ * flush on ERR, ordering, CQ overrun, SRQ limits, solicited events, and
+ * one-sided operations landing in a process that sleeps meanwhile.
+ */
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <signal.h>
+#include <stdio.h>
+#include <sys/ipc.h>
+#include <sys/mman.h>
+#include <sys/shm.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "helpers.h"
+
+#define BUF 65536
+#define ALL_ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | \
+		    IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)
+
+struct end {
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	struct ibv_cq *cq;
+	struct ibv_qp *qp;
+	struct ibv_mr *mr;
+	char *buf;
+	struct ibv_port_attr port;
+	union ibv_gid gid;
+};
+
+struct qp_opts {
+	enum ibv_qp_type type;
+	int access;
+	uint8_t rnr_retry, min_rnr_timer, timeout, retry_cnt;
+	int cqe;
+	struct ibv_srq *srq;
+};
+
+static struct ibv_device **devs;
+
+static void end_open(struct end *e, const struct qp_opts *o)
+{
+	memset(e, 0, sizeof(*e));
+	e->ctx = ibv_open_device(devs[0]);
+	assert_non_null(e->ctx);
+	e->pd = ibv_alloc_pd(e->ctx);
+	e->cq = ibv_create_cq(e->ctx, o->cqe ? o->cqe : 256, NULL, NULL, 0);
+	e->buf = aligned_alloc(4096, BUF);
+	memset(e->buf, 0, BUF);
+	e->mr = ibv_reg_mr(e->pd, e->buf, BUF, ALL_ACCESS);
+	assert_non_null(e->mr);
+	struct ibv_qp_init_attr ia = { .send_cq = e->cq, .recv_cq = e->cq, .qp_type = o->type,
+				       .cap = { 64, 64, 4, 4, 64 } };
+	e->qp = ibv_create_qp(e->pd, &ia);
+	assert_non_null(e->qp);
+	assert_int_equal(ibv_query_port(e->ctx, 1, &e->port), 0);
+	assert_int_equal(ibv_query_gid(e->ctx, 1, 0, &e->gid), 0);
+}
+
+static void end_close(struct end *e)
+{
+	ibv_destroy_qp(e->qp);
+	ibv_dereg_mr(e->mr);
+	ibv_destroy_cq(e->cq);
+	ibv_dealloc_pd(e->pd);
+	assert_int_equal(ibv_close_device(e->ctx), 0);
+	free(e->buf);
+}
+
+/* RESET -> RTS towards a peer QP. */
+static void connect_qp(struct ibv_qp *qp, const struct end *peer, uint32_t peer_qpn,
+		       const struct qp_opts *o)
+{
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1,
+				 .qp_access_flags = o->access, .qkey = 0x1234 };
+	bool ud = o->type == IBV_QPT_UD;
+
+	assert_int_equal(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+				       (ud ? IBV_QP_QKEY : IBV_QP_ACCESS_FLAGS)), 0);
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = IBV_MTU_1024;
+	a.dest_qp_num = peer_qpn;
+	a.max_dest_rd_atomic = 16;
+	a.min_rnr_timer = o->min_rnr_timer;
+	a.ah_attr.port_num = 1;
+	a.ah_attr.dlid = peer->port.lid;
+	if (peer->port.link_layer == IBV_LINK_LAYER_ETHERNET) {
+		a.ah_attr.is_global = 1;
+		a.ah_attr.grh.dgid = peer->gid;
+	}
+	int mask = IBV_QP_STATE;
+	if (o->type == IBV_QPT_RC)
+		mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+			IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+	else if (o->type == IBV_QPT_UC)
+		mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
+	assert_int_equal(ibv_modify_qp(qp, &a, mask), 0);
+	a.qp_state = IBV_QPS_RTS;
+	a.timeout = o->timeout;
+	a.retry_cnt = o->retry_cnt;
+	a.rnr_retry = o->rnr_retry;
+	a.max_rd_atomic = 16;
+	mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
+	if (o->type == IBV_QPT_RC)
+		mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+	assert_int_equal(ibv_modify_qp(qp, &a, mask), 0);
+}
+
+static void pair_up(struct end *a, struct end *b, const struct qp_opts *o)
+{
+	end_open(a, o);
+	end_open(b, o);
+	connect_qp(a->qp, b, b->qp->qp_num, o);
+	connect_qp(b->qp, a, a->qp->qp_num, o);
+}
+
+static const struct qp_opts rc_default = {
+	.type = IBV_QPT_RC, .access = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+	IBV_ACCESS_REMOTE_ATOMIC, .rnr_retry = 7, .min_rnr_timer = 1, .timeout = 14, .retry_cnt = 7,
+};
+
+static struct ibv_wc poll_one(struct ibv_cq *cq)
+{
+	struct ibv_wc wc;
+	struct timespec t0, t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		int n = ibv_poll_cq(cq, 1, &wc);
+		assert_true(n >= 0);
+		if (n)
+			return wc;
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		if (t.tv_sec - t0.tv_sec > 10)
+			fail_msg("no completion in 10 s");
+	}
+}
+
+static void assert_cq_empty(struct ibv_cq *cq)
+{
+	struct ibv_wc wc;
+	usleep(2000);
+	assert_int_equal(ibv_poll_cq(cq, 1, &wc), 0);
+}
+
+static int post(struct end *e, enum ibv_wr_opcode op, void *laddr, uint32_t len, uint32_t lkey,
+		uint64_t raddr, uint32_t rkey, uint64_t wr_id, int flags)
+{
+	struct ibv_sge sge = { (uintptr_t)laddr, len, lkey };
+	struct ibv_send_wr wr = { .wr_id = wr_id, .sg_list = &sge, .num_sge = 1, .opcode = op,
+				  .send_flags = flags }, *bad;
+	wr.wr.rdma.remote_addr = raddr;
+	wr.wr.rdma.rkey = rkey;
+	if (op == IBV_WR_ATOMIC_FETCH_AND_ADD || op == IBV_WR_ATOMIC_CMP_AND_SWP) {
+		wr.wr.atomic.remote_addr = raddr;
+		wr.wr.atomic.rkey = rkey;
+		wr.wr.atomic.compare_add = 1;
+	}
+	return ibv_post_send(e->qp, &wr, &bad);
+}
+
+static void post_recv(struct end *e, void *addr, uint32_t len, uint64_t wr_id)
+{
+	struct ibv_sge sge = { (uintptr_t)addr, len, e->mr->lkey };
+	struct ibv_recv_wr wr = { .wr_id = wr_id, .sg_list = &sge, .num_sge = 1 }, *bad;
+
+	assert_int_equal(ibv_post_recv(e->qp, &wr, &bad), 0);
+}
+
+static enum ibv_qp_state qp_state(struct ibv_qp *qp)
+{
+	struct ibv_qp_attr a;
+	struct ibv_qp_init_attr ia;
+
+	assert_int_equal(ibv_query_qp(qp, &a, IBV_QP_STATE, &ia), 0);
+	return a.qp_state;
+}
+
+static enum ibv_event_type next_event(struct ibv_context *ctx, int ms)
+{
+	struct pollfd p = { .fd = ctx->async_fd, .events = POLLIN };
+	struct ibv_async_event ev;
+
+	for (;;) {
+		if (poll(&p, 1, ms) != 1)
+			return (enum ibv_event_type)-1;
+		assert_int_equal(ibv_get_async_event(ctx, &ev), 0);
+		ibv_ack_async_event(&ev);
+		if (ev.event_type != IBV_EVENT_PORT_ACTIVE)
+			return ev.event_type;
+	}
+}
+
+/* ---- remote access: every way an rkey can be wrong ---- */
+
+enum rkey_case { RK_DEREGISTERED, RK_UNKNOWN, RK_OUT_OF_BOUNDS, RK_OTHER_PD, RK_NO_RIGHT,
+		 RK_QP_NO_RIGHT };
+
+static const struct {
+	const char *what;
+	enum rkey_case c;
+	enum ibv_wr_opcode op;
+} rkey_cases[] = {
+	{ "WRITE to a deregistered rkey", RK_DEREGISTERED, IBV_WR_RDMA_WRITE },
+	{ "READ from a deregistered rkey", RK_DEREGISTERED, IBV_WR_RDMA_READ },
+	{ "ATOMIC on a deregistered rkey", RK_DEREGISTERED, IBV_WR_ATOMIC_FETCH_AND_ADD },
+	{ "WRITE to an unknown rkey", RK_UNKNOWN, IBV_WR_RDMA_WRITE },
+	{ "WRITE past the MR's end", RK_OUT_OF_BOUNDS, IBV_WR_RDMA_WRITE },
+	{ "READ past the MR's end", RK_OUT_OF_BOUNDS, IBV_WR_RDMA_READ },
+	{ "WRITE to an MR of another PD", RK_OTHER_PD, IBV_WR_RDMA_WRITE },
+	{ "WRITE to an MR without REMOTE_WRITE", RK_NO_RIGHT, IBV_WR_RDMA_WRITE },
+	{ "READ from an MR without REMOTE_READ", RK_NO_RIGHT, IBV_WR_RDMA_READ },
+	{ "ATOMIC on an MR without REMOTE_ATOMIC", RK_NO_RIGHT, IBV_WR_ATOMIC_CMP_AND_SWP },
+	{ "WRITE to a QP without remote write access", RK_QP_NO_RIGHT, IBV_WR_RDMA_WRITE },
+};
+
+static void test_remote_access_errors(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(rkey_cases) / sizeof(rkey_cases[0]); i++) {
+		struct end a, b;
+		struct qp_opts o = rc_default;
+		struct ibv_pd *pd2 = NULL;
+		struct ibv_mr *mr = NULL;
+		uint32_t rkey;
+		uint64_t raddr;
+
+		if (rkey_cases[i].c == RK_QP_NO_RIGHT)
+			o.access = IBV_ACCESS_REMOTE_READ;
+		pair_up(&a, &b, &o);
+		raddr = (uintptr_t)b.buf;
+		rkey = b.mr->rkey;
+		switch (rkey_cases[i].c) {
+		case RK_DEREGISTERED:
+			mr = ibv_reg_mr(b.pd, b.buf, 4096, ALL_ACCESS);
+			rkey = mr->rkey;
+			assert_int_equal(ibv_dereg_mr(mr), 0);
+			break;
+		case RK_UNKNOWN:
+			rkey = 0x7fff00 | (rkey & 0xff);
+			break;
+		case RK_OUT_OF_BOUNDS:
+			raddr = (uintptr_t)b.buf + BUF - 4;
+			break;
+		case RK_OTHER_PD:
+			pd2 = ibv_alloc_pd(b.ctx);
+			mr = ibv_reg_mr(pd2, b.buf, 4096, ALL_ACCESS);
+			rkey = mr->rkey;
+			break;
+		case RK_NO_RIGHT:
+			mr = ibv_reg_mr(b.pd, b.buf, 4096, IBV_ACCESS_LOCAL_WRITE);
+			rkey = mr->rkey;
+			break;
+		case RK_QP_NO_RIGHT:
+			break;
+		}
+		uint32_t len = rkey_cases[i].op == IBV_WR_RDMA_WRITE || rkey_cases[i].op == IBV_WR_RDMA_READ ? 64 : 8;
+		assert_int_equal(post(&a, rkey_cases[i].op, a.buf, len, a.mr->lkey, raddr, rkey, 7,
+				      IBV_SEND_SIGNALED), 0);
+		struct ibv_wc wc = poll_one(a.cq);
+		if (wc.status != IBV_WC_REM_ACCESS_ERR)
+			fail_msg("%s: status %s", rkey_cases[i].what, ibv_wc_status_str(wc.status));
+		assert_int_equal(wc.wr_id, 7);
+		/* The requester's QP goes to ERR; the responder's too, with
+		 * a local access violation event (IBA 11.6.3.1). */
+		assert_int_equal(qp_state(a.qp), IBV_QPS_ERR);
+		assert_int_equal(next_event(b.ctx, 1000), IBV_EVENT_QP_ACCESS_ERR);
+		assert_int_equal(qp_state(b.qp), IBV_QPS_ERR);
+		/* And nothing was written. */
+		for (int j = 0; j < BUF; j++)
+			if (b.buf[j])
+				fail_msg("%s: byte %d was written", rkey_cases[i].what, j);
+		if (mr && rkey_cases[i].c != RK_DEREGISTERED)
+			ibv_dereg_mr(mr);
+		if (pd2)
+			ibv_dealloc_pd(pd2);
+		end_close(&a);
+		end_close(&b);
+	}
+}
+
+static void test_bad_lkey_is_loc_prot_err(void **state)
+{
+	(void)state;
+	struct end a, b;
+
+	pair_up(&a, &b, &rc_default);
+	post_recv(&b, b.buf, 64, 1);
+	assert_int_equal(post(&a, IBV_WR_SEND, a.buf, 64, a.mr->lkey ^ 0x100, 0, 0, 3,
+			      IBV_SEND_SIGNALED), 0);
+	struct ibv_wc wc = poll_one(a.cq);
+	assert_int_equal(wc.status, IBV_WC_LOC_PROT_ERR);
+	assert_int_equal(qp_state(a.qp), IBV_QPS_ERR);
+	end_close(&a);
+	end_close(&b);
+}
+
+static void test_short_receive_buffer(void **state)
+{
+	(void)state;
+	struct end a, b;
+
+	pair_up(&a, &b, &rc_default);
+	post_recv(&b, b.buf, 16, 11);
+	assert_int_equal(post(&a, IBV_WR_SEND, a.buf, 64, a.mr->lkey, 0, 0, 12, IBV_SEND_SIGNALED), 0);
+	/* IBA 9.7.4.1.7: local length error at the responder, invalid
+	 * request NAK at the requester. */
+	struct ibv_wc wc = poll_one(a.cq);
+	assert_int_equal(wc.status, IBV_WC_REM_INV_REQ_ERR);
+	wc = poll_one(b.cq);
+	assert_int_equal(wc.status, IBV_WC_LOC_LEN_ERR);
+	assert_int_equal(wc.wr_id, 11);
+	assert_int_equal(qp_state(b.qp), IBV_QPS_ERR);
+	end_close(&a);
+	end_close(&b);
+}
+
+static void test_misaligned_atomic(void **state)
+{
+	(void)state;
+	struct end a, b;
+
+	pair_up(&a, &b, &rc_default);
+	assert_int_equal(post(&a, IBV_WR_ATOMIC_FETCH_AND_ADD, a.buf, 8, a.mr->lkey,
+			      (uintptr_t)b.buf + 4, b.mr->rkey, 1, IBV_SEND_SIGNALED), 0);
+	assert_int_equal(poll_one(a.cq).status, IBV_WC_REM_INV_REQ_ERR);
+	assert_int_equal(next_event(b.ctx, 1000), IBV_EVENT_QP_REQ_ERR);
+	end_close(&a);
+	end_close(&b);
+}
+
+static void test_atomics_and_read(void **state)
+{
+	(void)state;
+	struct end a, b;
+	uint64_t *target, *res;
+
+	pair_up(&a, &b, &rc_default);
+	target = (uint64_t *)b.buf;
+	res = (uint64_t *)a.buf;
+	*target = 41;
+	assert_int_equal(post(&a, IBV_WR_ATOMIC_FETCH_AND_ADD, res, 8, a.mr->lkey,
+			      (uintptr_t)target, b.mr->rkey, 1, IBV_SEND_SIGNALED), 0);
+	struct ibv_wc wc = poll_one(a.cq);
+	assert_int_equal(wc.status, IBV_WC_SUCCESS);
+	assert_int_equal(wc.opcode, IBV_WC_FETCH_ADD);
+	assert_int_equal(*res, 41);
+	assert_int_equal(*target, 42);
+	/* compare_add is 1 (post()); 42 != 1, so no swap, old value back. */
+	assert_int_equal(post(&a, IBV_WR_ATOMIC_CMP_AND_SWP, res, 8, a.mr->lkey,
+			      (uintptr_t)target, b.mr->rkey, 2, IBV_SEND_SIGNALED), 0);
+	wc = poll_one(a.cq);
+	assert_int_equal(wc.opcode, IBV_WC_COMP_SWAP);
+	assert_int_equal(*res, 42);
+	assert_int_equal(*target, 42);
+	memcpy(b.buf + 100, "remote bytes", 12);
+	assert_int_equal(post(&a, IBV_WR_RDMA_READ, a.buf + 200, 12, a.mr->lkey,
+			      (uintptr_t)b.buf + 100, b.mr->rkey, 3, IBV_SEND_SIGNALED), 0);
+	wc = poll_one(a.cq);
+	assert_int_equal(wc.opcode, IBV_WC_RDMA_READ);
+	assert_memory_equal(a.buf + 200, "remote bytes", 12);
+	end_close(&a);
+	end_close(&b);
+}
+
+/* ---- SEND vs WRITE: RNR ---- */
+
+static void test_rnr_retry_exhausted(void **state)
+{
+	(void)state;
+	struct end a, b;
+	struct qp_opts o = rc_default;
+	struct timespec t0, t1;
+
+	o.rnr_retry = 2;
+	o.min_rnr_timer = 14;	/* 0.96 ms per retry (IBA Table 45) */
+	pair_up(&a, &b, &o);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	assert_int_equal(post(&a, IBV_WR_SEND, a.buf, 8, a.mr->lkey, 0, 0, 5, IBV_SEND_SIGNALED), 0);
+	struct ibv_wc wc = poll_one(a.cq);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+	assert_int_equal(wc.status, IBV_WC_RNR_RETRY_EXC_ERR);
+	/* Two retries, each after the responder's 0.96 ms timer. */
+	if (ms < 1.9)
+		fail_msg("RNR retries took %.2f ms, less than 2 x 0.96 ms", ms);
+	/* WRITE needs no receive: it succeeds on a fresh pair at once. */
+	end_close(&a);
+	end_close(&b);
+	pair_up(&a, &b, &o);
+	assert_int_equal(post(&a, IBV_WR_RDMA_WRITE, a.buf, 8, a.mr->lkey, (uintptr_t)b.buf,
+			      b.mr->rkey, 6, IBV_SEND_SIGNALED), 0);
+	assert_int_equal(poll_one(a.cq).status, IBV_WC_SUCCESS);
+	end_close(&a);
+	end_close(&b);
+}
+
+static void test_rnr_infinite_then_recv(void **state)
+{
+	(void)state;
+	struct end a, b;
+
+	pair_up(&a, &b, &rc_default);	/* rnr_retry 7: forever */
+	strcpy(a.buf, "late receiver");
+	assert_int_equal(post(&a, IBV_WR_SEND, a.buf, 14, a.mr->lkey, 0, 0, 9, IBV_SEND_SIGNALED), 0);
+	usleep(20000);
+	struct ibv_wc wc;
+	assert_int_equal(ibv_poll_cq(a.cq, 1, &wc), 0);	/* still retrying */
+	post_recv(&b, b.buf, 64, 10);
+	wc = poll_one(a.cq);
+	assert_int_equal(wc.status, IBV_WC_SUCCESS);
+	wc = poll_one(b.cq);
+	assert_int_equal(wc.status, IBV_WC_SUCCESS);
+	assert_int_equal(wc.opcode, IBV_WC_RECV);
+	assert_int_equal(wc.byte_len, 14);
+	assert_string_equal(b.buf, "late receiver");
+	end_close(&a);
+	end_close(&b);
+}
+
+static void test_peer_gone_retry_exceeded(void **state)
+{
+	(void)state;
+	struct end a, b;
+	struct qp_opts o = rc_default;
+
+	o.timeout = 4;		/* 65.5 us */
+	o.retry_cnt = 3;
+	pair_up(&a, &b, &o);
+	uint32_t gone = b.qp->qp_num;
+	end_close(&b);		/* the peer disappears */
+	assert_int_equal(post(&a, IBV_WR_RDMA_WRITE, a.buf, 8, a.mr->lkey, 0x1000, 0x100, 4,
+			      IBV_SEND_SIGNALED), 0);
+	struct ibv_wc wc = poll_one(a.cq);
+	assert_int_equal(wc.status, IBV_WC_RETRY_EXC_ERR);
+	(void)gone;
+	end_close(&a);
+}
+
+/* ---- ERR: flush, unsignaled included ---- */
+
+static void test_flush_on_err(void **state)
+{
+	(void)state;
+	struct end a, b;
+	struct qp_opts o = rc_default;
+
+	o.timeout = 20;		/* 4.3 s: the first WQE waits on a peer that never answers */
+	pair_up(&a, &b, &o);
+	struct ibv_qp_attr m = { .qp_state = IBV_QPS_ERR };
+	assert_int_equal(ibv_modify_qp(b.qp, &m, IBV_QP_STATE), 0);
+	assert_int_equal(post(&a, IBV_WR_SEND, a.buf, 8, a.mr->lkey, 0, 0, 1, 0), 0);
+	assert_int_equal(post(&a, IBV_WR_RDMA_WRITE, a.buf, 8, a.mr->lkey, (uintptr_t)b.buf,
+			      b.mr->rkey, 2, 0), 0);
+	assert_int_equal(post(&a, IBV_WR_SEND, a.buf, 8, a.mr->lkey, 0, 0, 3, IBV_SEND_SIGNALED), 0);
+	post_recv(&a, a.buf, 8, 100);
+	post_recv(&a, a.buf, 8, 101);
+	assert_cq_empty(a.cq);
+	assert_int_equal(ibv_modify_qp(a.qp, &m, IBV_QP_STATE), 0);
+	/* Every outstanding WR, unsignaled ones included, in order. */
+	uint64_t seen[5];
+	for (int i = 0; i < 5; i++) {
+		struct ibv_wc wc = poll_one(a.cq);
+		assert_int_equal(wc.status, IBV_WC_WR_FLUSH_ERR);
+		seen[i] = wc.wr_id;
+	}
+	assert_cq_empty(a.cq);
+	uint64_t want[] = { 1, 2, 3, 100, 101 };
+	for (int i = 0; i < 5; i++) {
+		bool found = false;
+		for (int j = 0; j < 5; j++)
+			found |= seen[j] == want[i];
+		assert_true(found);
+	}
+	/* Posting to a QP in ERR: flushed right away. */
+	assert_int_equal(post(&a, IBV_WR_SEND, a.buf, 8, a.mr->lkey, 0, 0, 7, 0), 0);
+	assert_int_equal(poll_one(a.cq).status, IBV_WC_WR_FLUSH_ERR);
+	end_close(&a);
+	end_close(&b);
+}
+
+/* ---- completion order, exactly once; signaling ---- */
+
+static void test_order_and_signaling(void **state)
+{
+	(void)state;
+	struct end a, b;
+
+	pair_up(&a, &b, &rc_default);
+	for (int i = 0; i < 60; i++)
+		post_recv(&b, b.buf + i * 64, 64, 1000 + (uint64_t)i);
+	for (int i = 0; i < 60; i++) {
+		a.buf[i * 64] = (char)i;
+		assert_int_equal(post(&a, IBV_WR_SEND, a.buf + i * 64, (uint32_t)(1 + i), a.mr->lkey,
+				      0, 0, (uint64_t)i, i % 3 == 2 ? IBV_SEND_SIGNALED : 0), 0);
+	}
+	for (int i = 0; i < 60; i++) {
+		struct ibv_wc wc = poll_one(b.cq);
+		assert_int_equal(wc.status, IBV_WC_SUCCESS);
+		assert_int_equal(wc.wr_id, 1000 + (uint64_t)i);
+		assert_int_equal(wc.byte_len, 1 + i);
+		assert_int_equal(wc.src_qp, a.qp->qp_num);
+		assert_int_equal(b.buf[i * 64], (char)i);
+	}
+	/* Only the signaled sends complete: every third. */
+	for (int i = 2; i < 60; i += 3)
+		assert_int_equal(poll_one(a.cq).wr_id, (uint64_t)i);
+	assert_cq_empty(a.cq);
+	end_close(&a);
+	end_close(&b);
+}
+
+static void test_write_with_imm_and_inline(void **state)
+{
+	(void)state;
+	struct end a, b;
+
+	pair_up(&a, &b, &rc_default);
+	post_recv(&b, b.buf, 0, 77);
+	struct ibv_sge sge = { (uintptr_t)"inline!", 8, 0 };
+	struct ibv_send_wr wr = { .wr_id = 5, .sg_list = &sge, .num_sge = 1,
+				  .opcode = IBV_WR_RDMA_WRITE_WITH_IMM, .imm_data = htonl(0xabcd),
+				  .send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE }, *bad;
+	wr.wr.rdma.remote_addr = (uintptr_t)b.buf + 128;
+	wr.wr.rdma.rkey = b.mr->rkey;
+	assert_int_equal(ibv_post_send(a.qp, &wr, &bad), 0);
+	assert_int_equal(poll_one(a.cq).opcode, IBV_WC_RDMA_WRITE);
+	struct ibv_wc wc = poll_one(b.cq);
+	assert_int_equal(wc.opcode, IBV_WC_RECV_RDMA_WITH_IMM);
+	assert_int_equal(wc.wr_id, 77);
+	assert_true(wc.wc_flags & IBV_WC_WITH_IMM);
+	assert_int_equal(ntohl(wc.imm_data), 0xabcd);
+	assert_int_equal(wc.byte_len, 8);
+	assert_string_equal(b.buf + 128, "inline!");
+	end_close(&a);
+	end_close(&b);
+}
+
+static void test_cq_overrun_event(void **state)
+{
+	(void)state;
+	struct end a, b;
+	struct qp_opts o = rc_default;
+
+	o.cqe = 2;
+	pair_up(&a, &b, &o);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(post(&a, IBV_WR_RDMA_WRITE, a.buf, 8, a.mr->lkey, (uintptr_t)b.buf,
+				      b.mr->rkey, (uint64_t)i, IBV_SEND_SIGNALED), 0);
+	assert_int_equal(next_event(a.ctx, 1000), IBV_EVENT_CQ_ERR);
+	end_close(&a);
+	end_close(&b);
+}
+
+static void test_srq_limit_event(void **state)
+{
+	(void)state;
+	struct end a, b;
+
+	end_open(&a, &rc_default);
+	end_open(&b, &rc_default);
+	struct ibv_srq_init_attr sa = { .attr = { .max_wr = 16, .max_sge = 1 } };
+	struct ibv_srq *srq = ibv_create_srq(b.pd, &sa);
+	struct ibv_qp_init_attr ia = { .send_cq = b.cq, .recv_cq = b.cq, .srq = srq,
+				       .qp_type = IBV_QPT_RC, .cap = { 4, 0, 1, 0, 0 } };
+	struct ibv_qp *bq = ibv_create_qp(b.pd, &ia);
+	ibv_destroy_qp(b.qp);
+	b.qp = bq;
+	connect_qp(a.qp, &b, b.qp->qp_num, &rc_default);
+	connect_qp(b.qp, &a, a.qp->qp_num, &rc_default);
+	for (int i = 0; i < 4; i++) {
+		struct ibv_sge sge = { (uintptr_t)b.buf + (uint64_t)i * 64, 64, b.mr->lkey };
+		struct ibv_recv_wr wr = { .wr_id = (uint64_t)i, .sg_list = &sge, .num_sge = 1 }, *bad;
+		assert_int_equal(ibv_post_srq_recv(srq, &wr, &bad), 0);
+	}
+	struct ibv_srq_attr lim = { .srq_limit = 3 };
+	assert_int_equal(ibv_modify_srq(srq, &lim, IBV_SRQ_LIMIT), 0);
+	assert_int_equal(post(&a, IBV_WR_SEND, a.buf, 8, a.mr->lkey, 0, 0, 1, 0), 0);	/* 4 -> 3 */
+	assert_int_equal((int)next_event(b.ctx, 50), -1);
+	assert_int_equal(post(&a, IBV_WR_SEND, a.buf, 8, a.mr->lkey, 0, 0, 2, 0), 0);	/* 3 -> 2 */
+	assert_int_equal(next_event(b.ctx, 1000), IBV_EVENT_SRQ_LIMIT_REACHED);
+	struct ibv_srq_attr q;
+	assert_int_equal(ibv_query_srq(srq, &q), 0);
+	assert_int_equal(q.srq_limit, 0);	/* disarmed by the event */
+	assert_int_equal(poll_one(b.cq).wr_id, 0);
+	assert_int_equal(poll_one(b.cq).wr_id, 1);
+	ibv_destroy_qp(b.qp);
+	b.qp = fix_qp(&(struct fix){ .pd = b.pd, .cq = b.cq }, IBV_QPT_RC);
+	assert_int_equal(ibv_destroy_srq(srq), 0);
+	end_close(&a);
+	end_close(&b);
+}
+
+static void test_solicited_events(void **state)
+{
+	(void)state;
+	struct end a, b;
+	struct ibv_cq *cq;
+	void *cctx;
+
+	pair_up(&a, &b, &rc_default);
+	/* Re-home b's receive CQ on a completion channel. */
+	struct ibv_comp_channel *ch = ibv_create_comp_channel(b.ctx);
+	struct ibv_cq *rcq = ibv_create_cq(b.ctx, 16, NULL, ch, 0);
+	struct ibv_qp_init_attr ia = { .send_cq = b.cq, .recv_cq = rcq, .qp_type = IBV_QPT_RC,
+				       .cap = { 4, 4, 1, 1, 0 } };
+	ibv_destroy_qp(b.qp);
+	b.qp = ibv_create_qp(b.pd, &ia);
+	ibv_destroy_qp(a.qp);
+	a.qp = ibv_create_qp(a.pd, &(struct ibv_qp_init_attr){ .send_cq = a.cq, .recv_cq = a.cq,
+			     .qp_type = IBV_QPT_RC, .cap = { 4, 4, 1, 1, 0 } });
+	connect_qp(a.qp, &b, b.qp->qp_num, &rc_default);
+	connect_qp(b.qp, &a, a.qp->qp_num, &rc_default);
+	post_recv(&b, b.buf, 64, 1);
+	post_recv(&b, b.buf, 64, 2);
+	assert_int_equal(ibv_req_notify_cq(rcq, 1), 0);	/* solicited only */
+	assert_int_equal(post(&a, IBV_WR_SEND, a.buf, 8, a.mr->lkey, 0, 0, 1, 0), 0);
+	struct pollfd p = { .fd = ch->fd, .events = POLLIN };
+	assert_int_equal(poll(&p, 1, 50), 0);		/* unsolicited: no event */
+	assert_int_equal(post(&a, IBV_WR_SEND, a.buf, 8, a.mr->lkey, 0, 0, 2, IBV_SEND_SOLICITED), 0);
+	assert_int_equal(poll(&p, 1, 1000), 1);
+	assert_int_equal(ibv_get_cq_event(ch, &cq, &cctx), 0);
+	assert_ptr_equal(cq, rcq);
+	ibv_ack_cq_events(cq, 1);
+	struct ibv_wc wc[2];
+	assert_int_equal(ibv_poll_cq(rcq, 2, wc), 2);
+	ibv_destroy_qp(b.qp);
+	b.qp = ibv_create_qp(b.pd, &(struct ibv_qp_init_attr){ .send_cq = b.cq, .recv_cq = b.cq,
+			     .qp_type = IBV_QPT_RC, .cap = { 1, 1, 1, 1, 0 } });
+	assert_int_equal(ibv_destroy_cq(rcq), 0);
+	assert_int_equal(ibv_destroy_comp_channel(ch), 0);
+	end_close(&a);
+	end_close(&b);
+}
+
+static void test_ud_grh_and_qkey(void **state)
+{
+	(void)state;
+	struct end a, b;
+	struct qp_opts o = { .type = IBV_QPT_UD };
+
+	pair_up(&a, &b, &o);
+	bool roce = a.port.link_layer == IBV_LINK_LAYER_ETHERNET;
+	struct ibv_ah_attr aa = { .dlid = b.port.lid, .port_num = 1, .is_global = roce };
+	aa.grh.dgid = b.gid;
+	struct ibv_ah *ah = ibv_create_ah(a.pd, &aa);
+	post_recv(&b, b.buf, 40 + 32, 1);
+	strcpy(a.buf, "datagram");
+	struct ibv_sge sge = { (uintptr_t)a.buf, 9, a.mr->lkey };
+	struct ibv_send_wr wr = { .wr_id = 1, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND,
+				  .send_flags = IBV_SEND_SIGNALED }, *bad;
+	wr.wr.ud.ah = ah;
+	wr.wr.ud.remote_qpn = b.qp->qp_num;
+	wr.wr.ud.remote_qkey = 0x1234;
+	assert_int_equal(ibv_post_send(a.qp, &wr, &bad), 0);
+	assert_int_equal(poll_one(a.cq).status, IBV_WC_SUCCESS);
+	struct ibv_wc wc = poll_one(b.cq);
+	assert_int_equal(wc.byte_len, 40 + 9);
+	assert_int_equal(wc.src_qp, a.qp->qp_num);
+	assert_int_equal(!!(wc.wc_flags & IBV_WC_GRH), roce);
+	assert_string_equal(b.buf + 40, "datagram");
+	/* A wrong Q_Key: silently dropped; the sender still succeeds. */
+	wr.wr.ud.remote_qkey = 0x9999;
+	post_recv(&b, b.buf, 72, 2);
+	assert_int_equal(ibv_post_send(a.qp, &wr, &bad), 0);
+	assert_int_equal(poll_one(a.cq).status, IBV_WC_SUCCESS);
+	assert_cq_empty(b.cq);
+	ibv_destroy_ah(ah);
+	end_close(&a);
+	end_close(&b);
+}
+
+/* ---- the target process sleeps; 64 MiB land anyway ---- */
+
+#define BIG (64ul << 20)
+
+struct exch {
+	uint32_t qpn;
+	uint16_t lid;
+	union ibv_gid gid;
+	uint64_t addr;
+	uint32_t rkey;
+};
+
+/* The target: registers memory of the given kind, publishes it, then
+ * sleeps in nanosleep and never calls into verbs again.  Woken by
+ * SIGUSR1, it checks what landed. */
+static void sleeping_target(int wfd, int kind)
+{
+	struct qp_opts o = rc_default;
+	struct end t;
+	char *mem;
+
+	end_open(&t, &o);
+	if (kind == 0) {
+		mem = mmap(NULL, BIG, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	} else if (kind == 1) {
+		int id = shmget(IPC_PRIVATE, BIG, IPC_CREAT | 0600);
+		mem = shmat(id, NULL, 0);
+		shmctl(id, IPC_RMID, NULL);
+	} else {
+		char name[64];
+		snprintf(name, sizeof(name), "/svtest-%d", (int)getpid());
+		int fd = shm_open(name, O_RDWR | O_CREAT, 0600);
+		shm_unlink(name);
+		if (ftruncate(fd, (off_t)BIG))
+			_exit(3);
+		mem = mmap(NULL, BIG, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	}
+	for (size_t i = 0; i < BIG; i += 4096)
+		mem[i] = (char)(i >> 12);
+	struct ibv_mr *mr = ibv_reg_mr(t.pd, mem, BIG, ALL_ACCESS);
+	struct exch x = { .qpn = t.qp->qp_num, .lid = t.port.lid, .gid = t.gid,
+			  .addr = (uintptr_t)mem, .rkey = mr->rkey };
+	if (write(wfd, &x, sizeof(x)) != sizeof(x))
+		_exit(4);
+	struct exch peer;
+	if (read(wfd, &peer, sizeof(peer)) != sizeof(peer))
+		_exit(5);
+	struct end pe = { .port = t.port, .gid = peer.gid };
+	pe.port.lid = peer.lid;
+	connect_qp(t.qp, &pe, peer.qpn, &o);
+	if (write(wfd, "R", 1) != 1)
+		_exit(6);
+	/* Sleep: no verbs, no polling.  SIGUSR1 ends it. */
+	sigset_t s;
+	sigemptyset(&s);
+	sigaddset(&s, SIGUSR1);
+	sigprocmask(SIG_BLOCK, &s, NULL);
+	struct timespec ten = { 10, 0 };
+	int sig;
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	sig = sigtimedwait(&s, NULL, &ten);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	if (sig != SIGUSR1)
+		_exit(7);
+	/* The initiator wrote 0x5a everywhere but the last page. */
+	for (size_t i = 0; i < BIG - 4096; i += 512)
+		if (mem[i] != 0x5a)
+			_exit(8);
+	_exit(0);
+}
+
+static void one_sided_into_sleeper(int kind)
+{
+	int sp[2];
+	struct end a;
+	struct exch x;
+	char r;
+
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sp), 0);
+	pid_t pid = fork();
+	if (!pid) {
+		close(sp[0]);
+		sleeping_target(sp[1], kind);
+	}
+	close(sp[1]);
+	end_open(&a, &rc_default);
+	assert_int_equal(read(sp[0], &x, sizeof(x)), sizeof(x));
+	struct exch me = { .qpn = a.qp->qp_num, .lid = a.port.lid, .gid = a.gid };
+	assert_int_equal(write(sp[0], &me, sizeof(me)), sizeof(me));
+	struct end peer = { .port = a.port, .gid = x.gid };
+	peer.port.lid = x.lid;
+	connect_qp(a.qp, &peer, x.qpn, &rc_default);
+	assert_int_equal(read(sp[0], &r, 1), 1);
+	char *src = mmap(NULL, BIG, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	char *back = mmap(NULL, BIG, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	memset(src, 0x5a, BIG);
+	struct ibv_mr *ms = ibv_reg_mr(a.pd, src, BIG, ALL_ACCESS);
+	struct ibv_mr *mb = ibv_reg_mr(a.pd, back, BIG, ALL_ACCESS);
+	/* 64 MiB WRITE, but leave the last page as the target wrote it. */
+	assert_int_equal(post(&a, IBV_WR_RDMA_WRITE, src, (uint32_t)(BIG - 4096), ms->lkey, x.addr,
+			      x.rkey, 1, IBV_SEND_SIGNALED), 0);
+	assert_int_equal(poll_one(a.cq).status, IBV_WC_SUCCESS);
+	/* 64 MiB READ of all of it back. */
+	assert_int_equal(post(&a, IBV_WR_RDMA_READ, back, (uint32_t)BIG, mb->lkey, x.addr, x.rkey, 2,
+			      IBV_SEND_SIGNALED), 0);
+	struct ibv_wc wc = poll_one(a.cq);
+	assert_int_equal(wc.status, IBV_WC_SUCCESS);
+	assert_int_equal(wc.byte_len, BIG);
+	assert_int_equal(memcmp(back, src, BIG - 4096), 0);
+	assert_int_equal(back[BIG - 4096], (char)((BIG - 4096) >> 12));
+	kill(pid, SIGUSR1);
+	int st;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	if (WEXITSTATUS(st))
+		fail_msg("target (memory kind %d) exited %d", kind, WEXITSTATUS(st));
+	ibv_dereg_mr(ms);
+	ibv_dereg_mr(mb);
+	munmap(src, BIG);
+	munmap(back, BIG);
+	end_close(&a);
+	close(sp[0]);
+}
+
+static void test_64mib_into_sleeping_private(void **state) { (void)state; one_sided_into_sleeper(0); }
+static void test_64mib_into_sleeping_sysv_shm(void **state) { (void)state; one_sided_into_sleeper(1); }
+static void test_64mib_into_sleeping_posix_shm(void **state) { (void)state; one_sided_into_sleeper(2); }
+
+int main(void)
+{
+	int n;
+
+	devs = ibv_get_device_list(&n);
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_remote_access_errors),
+		cmocka_unit_test(test_bad_lkey_is_loc_prot_err),
+		cmocka_unit_test(test_short_receive_buffer),
+		cmocka_unit_test(test_misaligned_atomic),
+		cmocka_unit_test(test_atomics_and_read),
+		cmocka_unit_test(test_rnr_retry_exhausted),
+		cmocka_unit_test(test_rnr_infinite_then_recv),
+		cmocka_unit_test(test_peer_gone_retry_exceeded),
+		cmocka_unit_test(test_flush_on_err),
+		cmocka_unit_test(test_order_and_signaling),
+		cmocka_unit_test(test_write_with_imm_and_inline),
+		cmocka_unit_test(test_cq_overrun_event),
+		cmocka_unit_test(test_srq_limit_event),
+		cmocka_unit_test(test_solicited_events),
+		cmocka_unit_test(test_ud_grh_and_qkey),
+		cmocka_unit_test(test_64mib_into_sleeping_private),
+		cmocka_unit_test(test_64mib_into_sleeping_sysv_shm),
+		cmocka_unit_test(test_64mib_into_sleeping_posix_shm),
+	};
+	int rc = cmocka_run_group_tests(tests, NULL, NULL);
+	ibv_free_device_list(devs);
+	return rc;
+}

@@ -37,6 +37,7 @@ struct sv_target {
 	struct shm_hdr *seg;
 	struct shm_qp *qp;
 	int32_t pid;
+	char why[160];		/* the failed check, for explain mode */
 };
 
 enum sv_result sv_resp_find(struct sv_qp *qp, uint32_t qpn, struct sv_target *t);

@@ -43,6 +43,9 @@ static const struct wr_info {
 	[IBV_WR_ATOMIC_FETCH_AND_ADD] = { "ATOMIC_FETCH_AND_ADD", F_ATOMIC, T_RC, IBV_WC_FETCH_ADD },
 };
 
+/* Why the last WQE this thread executed failed, for explain mode. */
+static __thread char last_why[160];
+
 static unsigned type_bit(enum ibv_qp_type t)
 {
 	return t == IBV_QPT_RC ? T_RC : t == IBV_QPT_UC ? T_UC : t == IBV_QPT_UD ? T_UD : 0;
@@ -230,9 +233,12 @@ static enum sv_result local_iov(struct sv_qp *qp, struct sv_swqe *w, bool write,
 		if (!mr || mr->pd != qp->pd || s->addr < mr->iova ||
 		    s->length > mr->ibmr.length || s->addr - mr->iova > mr->ibmr.length - s->length ||
 		    (write && !(mr->access & IBV_ACCESS_LOCAL_WRITE))) {
-			sv_dbg("qpn 0x%x wr_id 0x%llx: lkey 0x%x does not cover [0x%llx, +%u)",
-			       qp->ex.qp_base.qp_num, (unsigned long long)w->wr_id, s->lkey,
-			       (unsigned long long)s->addr, s->length);
+			snprintf(last_why, sizeof(last_why), "lkey 0x%x %s [0x%llx, +%u)", s->lkey,
+				 !mr ? "is not registered, so it cannot cover" :
+				 mr->pd != qp->pd ? "is in another PD than the QP, for" :
+				 write && !(mr->access & IBV_ACCESS_LOCAL_WRITE) ?
+				 "lacks IBV_ACCESS_LOCAL_WRITE, needed to write" : "does not cover",
+				 (unsigned long long)s->addr, s->length);
 			return SV_R_LOC_PROT;
 		}
 		iov[*n].iov_base = (char *)mr->ibmr.addr + (s->addr - mr->iova);
@@ -313,6 +319,9 @@ static enum sv_result deliver_recv(struct sv_qp *qp, struct sv_swqe *w, struct s
 		 * Invalid Request NAK for the requester. */
 		sv_resp_recv_put(&rw.w, held);
 		sv_resp_fail(t, &rw.w, IBV_WC_LOC_LEN_ERR, -1);
+		snprintf(last_why, sizeof(last_why), "the message is %llu bytes but receive wr_id "
+			 "0x%llx of qpn 0x%x holds %llu", (unsigned long long)need,
+			 (unsigned long long)rw.w.wr_id, t->qp->qpn, (unsigned long long)cap);
 		return SV_R_NAK_INV_REQ;
 	}
 	int ns = 0;
@@ -359,12 +368,17 @@ static enum sv_result do_atomic(struct sv_qp *qp, struct sv_swqe *w, struct sv_t
 	if (len != 8)
 		return SV_R_LOC_LEN;
 	/* C9-?? (9.4.5): atomics act on naturally aligned 8-byte words. */
-	if (w->remote_addr & 7)
+	if (w->remote_addr & 7) {
+		snprintf(last_why, sizeof(last_why), "remote_addr 0x%llx is not 8-byte aligned",
+			 (unsigned long long)w->remote_addr);
 		return SV_R_NAK_INV_REQ;
+	}
 	enum sv_result r = sv_resp_mr_get(t, w->rkey, w->remote_addr, 8, IBV_ACCESS_REMOTE_ATOMIC,
 					  &mr, &addr);
-	if (r != SV_R_OK)
+	if (r != SV_R_OK) {
+		memcpy(last_why, t->why, sizeof(last_why));
 		return r;
+	}
 	struct iovec rv = { addr, 8 }, ov = { &old, 8 }, nv = { &new, 8 };
 	/* IBV_ATOMIC_HCA: atomic against every other softverbs atomic on
 	 * this target, which all take this lock. */
@@ -394,6 +408,7 @@ static enum sv_result execute(struct sv_qp *qp, struct sv_swqe *w)
 	uint64_t len;
 	int nl;
 
+	last_why[0] = 0;
 	enum sv_result r = local_iov(qp, w, (wi->flags & (F_READ | F_ATOMIC)) != 0, liov, &nl, &len);
 	if (r != SV_R_OK)
 		return r;
@@ -404,9 +419,13 @@ static enum sv_result execute(struct sv_qp *qp, struct sv_swqe *w)
 		return SV_R_LOC_LEN;
 
 	uint32_t qpn = type == IBV_QPT_UD ? w->remote_qpn : qp->attr.dest_qp_num;
+	t.why[0] = 0;
 	r = sv_resp_find(qp, qpn, &t);
-	if (r != SV_R_OK)
+	if (r != SV_R_OK) {
+		snprintf(last_why, sizeof(last_why), "no QP 0x%x is receiving (destroyed, not in "
+			 "RTR/RTS, or its process is gone)", qpn);
 		return r;
+	}
 	if (type == IBV_QPT_UD) {
 		/* C10-15: the Q_Key with its high bit set is the QP's own. */
 		uint32_t qkey = w->remote_qkey & 0x80000000u ? qp->attr.qkey : w->remote_qkey;
@@ -423,8 +442,10 @@ static enum sv_result execute(struct sv_qp *qp, struct sv_swqe *w)
 	void *addr;
 	unsigned access = wi->flags & F_READ ? IBV_ACCESS_REMOTE_READ : IBV_ACCESS_REMOTE_WRITE;
 	r = sv_resp_mr_get(&t, w->rkey, w->remote_addr, len, access, &mr, &addr);
-	if (r != SV_R_OK)
+	if (r != SV_R_OK) {
+		memcpy(last_why, t.why, sizeof(last_why));
 		return r;
+	}
 	if (wi->flags & F_RECV) {
 		/* WRITE_WITH_IMM also consumes a receive WQE: RNR without one. */
 		struct iovec none;
@@ -458,18 +479,21 @@ static void responder_error(struct sv_qp *qp, struct sv_swqe *w, enum sv_result 
 		sv_resp_fail(&t, NULL, IBV_WC_SUCCESS, IBV_EVENT_QP_REQ_ERR);
 }
 
-static void complete(struct sv_qp *qp, struct sv_swqe *w, enum ibv_wc_status status,
+/* Returns false when the CQ overran. */
+static bool complete(struct sv_qp *qp, struct sv_swqe *w, enum ibv_wc_status status,
 		     uint64_t len)
 {
 	if (status == IBV_WC_SUCCESS && !(w->send_flags & IBV_SEND_SIGNALED) && !qp->sq_sig_all)
-		return;
+		return true;
 	struct shm_cqe e = {
 		.wr_id = w->wr_id, .status = status, .opcode = wr_info[w->opcode].wc,
 		.qp_num = qp->ex.qp_base.qp_num, .byte_len = (uint32_t)len, .ts = sv_now_ns(),
 	};
-	if (!sv_cq_push(qp->ctx->seg.h, qp->scq->sh, &e))
-		sv_warn("qpn 0x%x: send CQ overrun, completion of wr_id 0x%llx lost",
-			qp->ex.qp_base.qp_num, (unsigned long long)w->wr_id);
+	if (sv_cq_push(qp->ctx->seg.h, qp->scq->sh, &e))
+		return true;
+	sv_warn("qpn 0x%x: send CQ overrun, completion of wr_id 0x%llx lost",
+		qp->ex.qp_base.qp_num, (unsigned long long)w->wr_id);
+	return false;
 }
 
 static uint64_t wqe_len(struct sv_swqe *w)
@@ -483,7 +507,7 @@ static uint64_t wqe_len(struct sv_swqe *w)
 
 void sv_sq_progress(struct sv_qp *qp)
 {
-	bool failed = false;
+	bool failed = false, overrun = false;
 
 	pthread_mutex_lock(&qp->sq_lock);
 	while (qp->sq_count && !failed) {
@@ -514,6 +538,11 @@ void sv_sq_progress(struct sv_qp *qp)
 			int *left = rnr ? &w->rnr_left : &w->retry_left;
 			if (*left == 0) {
 				r = rnr ? SV_R_RNR_EXHAUSTED : SV_R_NO_RESPONSE;
+				if (rnr)
+					snprintf(last_why, sizeof(last_why), "qpn 0x%x had no receive "
+						 "posted through rnr_retry=%u retries (post receives "
+						 "before the peer sends, or raise rnr_retry; 7 = "
+						 "forever)", qp->attr.dest_qp_num, qp->attr.rnr_retry);
 			} else {
 				if (*left > 0)
 					(*left)--;
@@ -531,18 +560,25 @@ void sv_sq_progress(struct sv_qp *qp)
 		}
 		enum ibv_wc_status status = sv_result_status(r);
 		if (status != IBV_WC_SUCCESS) {
-			sv_explain("error completion", "qpn 0x%x wr_id 0x%llx %s to qpn 0x%x: %s (%s)",
+			sv_explain("error completion", "qpn 0x%x wr_id 0x%llx %s to qpn 0x%x: %s (%s)%s%s",
 				qp->ex.qp_base.qp_num, (unsigned long long)w->wr_id,
 				wr_info[w->opcode].name, qp->attr.dest_qp_num, ibv_wc_status_str(status),
-				sv_result_name(r));
+				sv_result_name(r), last_why[0] ? ": " : "", last_why);
 			responder_error(qp, w, r);
 			failed = true;
 		}
-		complete(qp, w, status, wqe_len(w));
+		if (!complete(qp, w, status, wqe_len(w)))
+			failed = overrun = true;
 		qp->sq_head = (qp->sq_head + 1) % qp->sq_size;
 		qp->sq_count--;
 	}
 	pthread_mutex_unlock(&qp->sq_lock);
+	/* IBA 11.6.3.1: a completion the CQ cannot take is a catastrophic
+	 * error of the QP too (as well as the CQ's CQ_ERR). */
+	if (overrun) {
+		sv_qp_to_err(qp, IBV_EVENT_QP_FATAL);
+		return;
+	}
 	/* C10-?? (10.8.3.3): an error completion takes the QP to ERR, and
 	 * every WQE behind it is flushed. */
 	if (failed)

@@ -10,6 +10,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "engine.h"
@@ -71,14 +72,51 @@ static bool in_bounds(const struct shm_mr *m, uint64_t va, uint64_t len)
 	return va >= m->iova && len <= m->length && va - m->iova <= m->length - len;
 }
 
+static const char *access_name(unsigned access)
+{
+	return access & IBV_ACCESS_REMOTE_ATOMIC ? "atomic" :
+	       access & IBV_ACCESS_REMOTE_READ ? "read" : "write";
+}
+
+static void explain_rkey(struct sv_target *t, const struct shm_mr *m, uint32_t rkey,
+			 uint64_t va, uint64_t len, unsigned access)
+{
+	uint32_t idx = rkey >> 8;
+
+	if (!m) {
+		const struct shm_mr *e = idx && idx < t->seg->n_mrs ? &shm_mrs(t->seg)[idx] : NULL;
+		if (e && e->revoked_key == rkey)
+			snprintf(t->why, sizeof(t->why), "rkey 0x%x was deregistered %.3f ms ago by "
+				 "pid %d", rkey, (double)(sv_now_ns() - e->revoked_ns) / 1e6,
+				 (int)t->seg->pid);
+		else
+			snprintf(t->why, sizeof(t->why), "rkey 0x%x is not registered in pid %d",
+				 rkey, (int)t->seg->pid);
+	} else if (m->pd != t->qp->pd) {
+		snprintf(t->why, sizeof(t->why), "rkey 0x%x belongs to another PD than target qpn 0x%x",
+			 rkey, t->qp->qpn);
+	} else if ((m->access & access) != access) {
+		snprintf(t->why, sizeof(t->why), "rkey 0x%x was registered without "
+			 "IBV_ACCESS_REMOTE_%s", rkey, access & IBV_ACCESS_REMOTE_ATOMIC ? "ATOMIC" :
+			 access & IBV_ACCESS_REMOTE_READ ? "READ" : "WRITE");
+	} else {
+		snprintf(t->why, sizeof(t->why), "[0x%llx, +%llu) is outside rkey 0x%x's region "
+			 "[0x%llx, +%llu)", (unsigned long long)va, (unsigned long long)len, rkey,
+			 (unsigned long long)m->iova, (unsigned long long)m->length);
+	}
+}
+
 enum sv_result sv_resp_mr_get(struct sv_target *t, uint32_t rkey, uint64_t va, uint64_t len,
 			      unsigned access, struct shm_mr **mr, void **addr)
 {
 	*mr = NULL;
 	*addr = NULL;
 	/* C9-88: the QP must allow the remote access at all. */
-	if ((atomic_load_explicit(&t->qp->access, memory_order_relaxed) & access) != access)
+	if ((atomic_load_explicit(&t->qp->access, memory_order_relaxed) & access) != access) {
+		snprintf(t->why, sizeof(t->why), "target qpn 0x%x was not given remote %s access "
+			 "(qp_access_flags)", t->qp->qpn, access_name(access));
 		return SV_R_NAK_ACCESS;
+	}
 	/* IBA 9.4.3: a zero-length RDMA carries no address to check. */
 	if (!len)
 		return SV_R_OK;
@@ -86,6 +124,7 @@ enum sv_result sv_resp_mr_get(struct sv_target *t, uint32_t rkey, uint64_t va, u
 	/* C9-89..C9-91 (rxe check_rkey): unknown or stale key, another PD,
 	 * missing rights, or outside the region: Remote Access Error. */
 	if (!m || m->pd != t->qp->pd || (m->access & access) != access || !in_bounds(m, va, len)) {
+		explain_rkey(t, m, rkey, va, len, access);
 		sv_resp_mr_put(m);
 		return SV_R_NAK_ACCESS;
 	}

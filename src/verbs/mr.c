@@ -95,6 +95,8 @@ static void mr_revoke(struct sv_mr *mr)
 	struct shm_mr *e = mr_entry(mr);
 	uint64_t start = sv_now_ns();
 
+	e->revoked_key = mr->ibmr.lkey;
+	e->revoked_ns = sv_now_ns();
 	atomic_store(&e->key, 0);
 	while (atomic_load(&e->users)) {
 		/* Holders finish one copy; only a peer that died mid-copy

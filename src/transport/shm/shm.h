@@ -39,7 +39,11 @@ struct shm_mr {
 	uint32_t pd;			/* PD handle: rkey and QP must share it */
 	_Atomic uint32_t users;		/* initiators between check and copy end */
 	uint64_t addr, length, iova;
-	uint64_t pad[3];
+	/* For explanations only: the key last revoked here, and when
+	 * (CLOCK_MONOTONIC ns, which is system-wide). */
+	uint32_t revoked_key, pad;
+	uint64_t revoked_ns;
+	uint64_t pad2;
 };
 _Static_assert(sizeof(struct shm_mr) == 64, "one cache line per MR");
 

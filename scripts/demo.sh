@@ -15,3 +15,10 @@ $sv run -- ibv_devinfo
 echo
 echo "== the verbs control plane, step by step (explanations on stderr)"
 $sv run --explain -- build/bin/walkthrough
+echo
+echo "== two processes, one RC connection: every operation and the three pitfalls"
+SOFTVERBS_EXPLAIN=1 $sv run -- build/bin/rdma_demo server 18515 &
+server=$!
+sleep 0.3
+SOFTVERBS_EXPLAIN=1 $sv run -- build/bin/rdma_demo client localhost 18515
+wait $server

@@ -208,6 +208,18 @@ int sv_post_send(struct ibv_qp *ib, struct ibv_send_wr *wr, struct ibv_send_wr *
 
 /* ---- execution ---- */
 
+/* A CMA failure that is no fault of the request. */
+static enum sv_result copy_failed(int err, int32_t pid)
+{
+	if (err == ESRCH)
+		return SV_R_NO_RESPONSE;
+	if (err == EPERM)
+		snprintf(last_why, sizeof(last_why), "the kernel refused process_vm_writev/readv "
+			 "into pid %d (ptrace restrictions: kernel.yama.ptrace_scope >= 2, or "
+			 "seccomp)", (int)pid);
+	return SV_R_NAK_OP;
+}
+
 /* The local side of a WQE: lkeys in this context, in the QP's PD. */
 static enum sv_result local_iov(struct sv_qp *qp, struct sv_swqe *w, bool write,
 				struct iovec *iov, int *n, uint64_t *len)
@@ -336,7 +348,7 @@ static enum sv_result deliver_recv(struct sv_qp *qp, struct sv_swqe *w, struct s
 	sv_resp_recv_put(&rw.w, held);
 	if (err) {
 		sv_resp_fail(t, &rw.w, IBV_WC_LOC_PROT_ERR, -1);
-		return err == ESRCH ? SV_R_NO_RESPONSE : SV_R_NAK_OP;
+		return copy_failed(err, t->pid);
 	}
 	struct shm_cqe e = {
 		.wr_id = rw.w.wr_id, .status = IBV_WC_SUCCESS,
@@ -394,7 +406,7 @@ static enum sv_result do_atomic(struct sv_qp *qp, struct sv_swqe *w, struct sv_t
 	sv_shm_unlock(&t->seg->atomic_lock);
 	sv_resp_mr_put(mr);
 	if (err)
-		return err == ESRCH ? SV_R_NO_RESPONSE : SV_R_NAK_OP;
+		return copy_failed(err, t->pid);
 	memcpy(liov[0].iov_base, &old, 8);
 	return SV_R_OK;
 }
@@ -460,7 +472,7 @@ static enum sv_result execute(struct sv_qp *qp, struct sv_swqe *w)
 						 : sv_copy_to(t.pid, liov, nl, &rv, 1);
 	sv_resp_mr_put(mr);
 	if (err)
-		return err == ESRCH ? SV_R_NO_RESPONSE : SV_R_NAK_OP;
+		return copy_failed(err, t.pid);
 	return SV_R_OK;
 }
 

@@ -22,6 +22,17 @@ kill -9 $watcher; wait $watcher 2>/dev/null
 "$SV" status >"$TMP/status2" 2>&1
 if grep -q " $watcher " "$TMP/status2"; then bad "status still lists killed $watcher"; else ok "status reclaims a killed process"; fi
 
+# Idle costs nothing: a process holding a context (and so a progress
+# thread) for a second accrues no CPU time (utime+stime in clock ticks).
+ibv_asyncwatch >/dev/null 2>&1 &
+idle=$!
+sleep 0.3
+t0=$(awk '{print $14 + $15}' /proc/$idle/stat)
+sleep 1
+t1=$(awk '{print $14 + $15}' /proc/$idle/stat)
+kill $idle; wait $idle 2>/dev/null
+[ $((t1 - t0)) -le 1 ] && ok "idle process used $((t1 - t0)) ticks in 1 s" || bad "idle process used $((t1 - t0)) ticks in 1 s"
+
 # The walkthrough, with explain mode: the explanation goes to stderr only.
 SOFTVERBS_EXPLAIN=1 "$SV_BUILD/bin/walkthrough" >"$TMP/wt.out" 2>"$TMP/wt.err"; rc=$?
 [ $rc -eq 0 ] && ok "walkthrough runs" || bad "walkthrough rc $rc"

@@ -90,7 +90,7 @@ int sv_parse_log_level(const char *s);
  */
 enum sv_obj_type {
 	SV_OBJ_CONTEXT = 1, SV_OBJ_PD, SV_OBJ_MR, SV_OBJ_CQ, SV_OBJ_CHANNEL,
-	SV_OBJ_SRQ, SV_OBJ_QP, SV_OBJ_AH,
+	SV_OBJ_SRQ, SV_OBJ_QP, SV_OBJ_AH, SV_OBJ_TD,
 };
 
 int sv_obj_add(void *obj, enum sv_obj_type type, struct ibv_context *ctx);
@@ -263,8 +263,23 @@ struct sv_context {
 
 struct sv_pd {
 	struct ibv_pd ibpd;
-	atomic_uint users;		/* MRs, QPs, SRQs, AHs */
+	atomic_uint users;		/* MRs, QPs, SRQs, AHs, parent domains */
+	/* A parent domain (rdma-core verbs.h, ibv_alloc_parent_domain): a PD
+	 * whose protection is its parent's, with a thread domain and the
+	 * application's allocator for queue memory. */
+	struct sv_pd *parent;
+	struct ibv_td *td;
+	void *(*alloc)(struct ibv_pd *pd, void *pd_context, size_t size, size_t alignment,
+		       uint64_t resource_type);
+	void (*free)(struct ibv_pd *pd, void *pd_context, void *ptr, uint64_t resource_type);
+	void *pd_context;
 };
+
+/* The PD whose handle protection checks compare. */
+static inline struct sv_pd *sv_pd_base(struct sv_pd *pd)
+{
+	return pd->parent ? pd->parent : pd;
+}
 
 struct sv_mr {
 	struct ibv_mr ibmr;
@@ -331,6 +346,7 @@ struct sv_qp {
 	/* The send queue is private: only this process executes it. */
 	pthread_mutex_t sq_lock;
 	char *sq;
+	bool sq_from_app;		/* allocated by a parent domain's allocator */
 	uint32_t sq_size, sq_stride, sq_head, sq_count;
 	bool rnr_waiting;		/* head WQE waits for an RNR timer */
 	struct sv_qp *next;		/* context's list, under ctx->lock */
@@ -446,9 +462,21 @@ int sv_async_event(struct ibv_context *ctx, void *obj, enum ibv_event_type type)
 
 /* verbs/pd.c */
 bool sv_pd_of(struct ibv_pd *pd, struct ibv_context *ctx, const char *verb);
+struct ibv_td *sv_alloc_td(struct ibv_context *ctx, struct ibv_td_init_attr *attr);
+int sv_dealloc_td(struct ibv_td *td);
+struct ibv_pd *sv_alloc_parent_domain(struct ibv_context *ctx,
+				      struct ibv_parent_domain_init_attr *attr);
+/* Queue memory from a parent domain's allocator, or calloc. */
+void *sv_pd_alloc(struct sv_pd *pd, size_t size, size_t align, bool *from_app);
+void sv_pd_free(struct sv_pd *pd, void *p, bool from_app);
 
 /* verbs/mr.c */
+/* ODP MRs in this process: copies within the process may then meet
+ * unmapped pages and go through the kernel instead of memcpy. */
+extern atomic_int sv_odp_mrs;
 int sv_mr_check_access(int access, const char **why);
+int sv_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32_t flags,
+		 struct ibv_sge *sg, uint32_t num_sge);
 void sv_mr_release_all(struct ibv_context *ctx);
 
 /* verbs/cq.c */

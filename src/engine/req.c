@@ -242,12 +242,12 @@ static enum sv_result local_iov(struct sv_qp *qp, struct sv_swqe *w, bool write,
 		struct sv_mr *mr = sv_keytab_lookup(&qp->ctx->mrs, s->lkey);
 		/* C10-?? (10.6.3.1): the lkey must name an MR of the QP's PD
 		 * covering the SGE, writable when the HCA writes into it. */
-		if (!mr || mr->pd != qp->pd || s->addr < mr->iova ||
+		if (!mr || sv_pd_base(mr->pd) != sv_pd_base(qp->pd) || s->addr < mr->iova ||
 		    s->length > mr->ibmr.length || s->addr - mr->iova > mr->ibmr.length - s->length ||
 		    (write && !(mr->access & IBV_ACCESS_LOCAL_WRITE))) {
 			snprintf(last_why, sizeof(last_why), "lkey 0x%x %s [0x%llx, +%u)", s->lkey,
 				 !mr ? "is not registered, so it cannot cover" :
-				 mr->pd != qp->pd ? "is in another PD than the QP, for" :
+				 sv_pd_base(mr->pd) != sv_pd_base(qp->pd) ? "is in another PD than the QP, for" :
 				 write && !(mr->access & IBV_ACCESS_LOCAL_WRITE) ?
 				 "lacks IBV_ACCESS_LOCAL_WRITE, needed to write" : "does not cover",
 				 (unsigned long long)s->addr, s->length);

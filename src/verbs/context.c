@@ -40,6 +40,10 @@ static void set_ops(struct sv_context *c)
 	v->create_qp_ex = sv_create_qp_ex;
 	v->create_srq_ex = sv_create_srq_ex;
 	v->close_xrcd = close_xrcd_unsupported;
+	v->advise_mr = sv_advise_mr;
+	v->alloc_td = sv_alloc_td;
+	v->dealloc_td = sv_dealloc_td;
+	v->alloc_parent_domain = sv_alloc_parent_domain;
 }
 
 bool sv_context_live(struct ibv_context *ctx, const char *verb)
@@ -141,6 +145,12 @@ static void release_pd(void *o, void *a)
 	if (sv_obj_del(o, SV_OBJ_PD))
 		free(o);
 }
+static void release_td(void *o, void *a)
+{
+	(void)a;
+	if (sv_obj_del(o, SV_OBJ_TD))
+		free(o);
+}
 
 SV_EXPORT int ibv_close_device(struct ibv_context *ctx)
 {
@@ -159,6 +169,7 @@ SV_EXPORT int ibv_close_device(struct ibv_context *ctx)
 	sv_obj_foreach(ctx, SV_OBJ_CQ, release_cq, NULL);
 	sv_obj_foreach(ctx, SV_OBJ_CHANNEL, release_channel, NULL);
 	sv_obj_foreach(ctx, SV_OBJ_PD, release_pd, NULL);
+	sv_obj_foreach(ctx, SV_OBJ_TD, release_td, NULL);
 	sv_reg_ep_detach(c->ep);
 	sv_seg_register_local(c->seg.h, false);
 	sv_seg_destroy(&c->seg);

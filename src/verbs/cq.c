@@ -222,8 +222,11 @@ static int check_cq_attr(struct ibv_context *ctx, const struct ibv_cq_init_attr_
 			       (unsigned long long)a->wc_flags, (unsigned long long)SUPPORTED_WC_FLAGS);
 	if (a->comp_mask & ~(uint32_t)(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD))
 		return sv_fail(EINVAL, verb, "unknown comp_mask bits 0x%x", a->comp_mask);
-	if (a->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD)
-		return sv_fail(EOPNOTSUPP, verb, "CQs in a parent domain are not supported yet");
+	/* A CQ may live in a parent domain (rdma-core verbs.h); a plain PD is
+	 * not one. */
+	if ((a->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) &&
+	    (!sv_pd_of(a->parent_domain, ctx, verb) || !sv_pd(a->parent_domain)->parent))
+		return sv_fail(EINVAL, verb, "parent_domain is not a parent domain of this context");
 	if ((a->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) && (a->flags & ~(uint32_t)KNOWN_CQ_FLAGS))
 		return sv_fail(EOPNOTSUPP, verb, "unsupported CQ flags 0x%x", a->flags);
 	return 0;

@@ -250,6 +250,16 @@ int sv_query_device_ex(struct ibv_context *ctx, const struct ibv_query_device_ex
 	a.completion_timestamp_mask = UINT64_MAX;
 	a.hca_core_clock = SV_HCA_CORE_CLOCK_KHZ;
 	a.device_cap_flags_ex = a.orig_attr.device_cap_flags;
+	/* Nothing is pinned: every transport op works on ODP memory, and
+	 * an implicit MR can span the address space. */
+	a.odp_caps.general_caps = IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT;
+	a.odp_caps.per_transport_caps.rc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV |
+		IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC |
+		IBV_ODP_SUPPORT_SRQ_RECV;
+	a.odp_caps.per_transport_caps.uc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV |
+		IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_SRQ_RECV;
+	a.odp_caps.per_transport_caps.ud_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV |
+		IBV_ODP_SUPPORT_SRQ_RECV;
 	a.phys_port_cnt_ex = SV_NUM_PORTS;
 	/* Fields of newer structs than the caller knows are simply not
 	 * written, as rdma-core does for older binaries. */

@@ -42,10 +42,6 @@ int sv_mr_check_access(int access, const char **why)
 		       "IBV_ACCESS_LOCAL_WRITE too";
 		return EINVAL;
 	}
-	if (access & IBV_ACCESS_ON_DEMAND) {
-		*why = "on-demand paging (IBV_ACCESS_ON_DEMAND) is not supported yet";
-		return EOPNOTSUPP;
-	}
 	return 0;
 }
 
@@ -86,7 +82,7 @@ static void mr_publish(struct sv_mr *mr)
 	e->length = mr->ibmr.length;
 	e->iova = mr->iova;
 	e->access = (uint32_t)mr->access;
-	e->pd = mr->pd->ibpd.handle;
+	e->pd = sv_pd_base(mr->pd)->ibpd.handle;
 	atomic_store(&e->key, mr->ibmr.lkey);
 }
 
@@ -130,6 +126,15 @@ static int check_access(int access, const char *verb)
 	return ret ? sv_fail(ret, verb, "access 0x%x: %s", (unsigned)access, why) : 0;
 }
 
+atomic_int sv_odp_mrs;
+
+/* IBV_ACCESS_ON_DEMAND over the whole address space: rdma-core's implicit
+ * ODP MR (addr NULL, length SIZE_MAX). */
+static bool implicit_odp(void *addr, size_t length, unsigned access)
+{
+	return (access & IBV_ACCESS_ON_DEMAND) && !addr && length == SIZE_MAX;
+}
+
 SV_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length,
 					  uint64_t iova, unsigned int access)
 {
@@ -142,8 +147,18 @@ SV_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t 
 	if (!sv_pd_of(pd, NULL, verb))
 		return NULL;
 	ret = check_access((int)access, verb);
-	if (!ret)
-		ret = check_range(addr, length, verb);
+	/* Nothing is ever pinned, so on-demand paging is what every MR
+	 * already is; an ODP MR only skips the proof that its pages are
+	 * mapped now, and its accesses fail cleanly when they are not. */
+	if (!ret && !implicit_odp(addr, length, access)) {
+		if (access & IBV_ACCESS_ON_DEMAND) {
+			if (!length || (uintptr_t)addr + length < (uintptr_t)addr)
+				ret = sv_fail(EINVAL, verb, "addr %p length %zu is not a range", addr,
+					      length);
+		} else {
+			ret = check_range(addr, length, verb);
+		}
+	}
 	if (ret)
 		return NULL;
 	c = sv_ctx(pd->context);
@@ -170,6 +185,8 @@ SV_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t 
 		return sv_fail_null(ENOMEM, verb, "out of memory");
 	}
 	atomic_fetch_add(&mr->pd->users, 1);
+	if (access & IBV_ACCESS_ON_DEMAND)
+		atomic_fetch_add(&sv_odp_mrs, 1);
 	mr_publish(mr);
 	sv_dbg("reg_mr %p len %zu access 0x%x -> key 0x%x", addr, length, access, key);
 	return &mr->ibmr;
@@ -199,6 +216,8 @@ static void mr_free(struct sv_mr *mr)
 	mr_revoke(mr);
 	sv_keytab_free(&sv_ctx(mr->ibmr.context)->mrs, mr->ibmr.lkey);
 	atomic_fetch_sub(&mr->pd->users, 1);
+	if (mr->access & IBV_ACCESS_ON_DEMAND)
+		atomic_fetch_sub(&sv_odp_mrs, 1);
 	free(mr);
 }
 
@@ -255,13 +274,43 @@ SV_EXPORT int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd, vo
 		atomic_fetch_add(&mr->pd->users, 1);
 		ibmr->pd = pd;
 	}
-	if (flags & IBV_REREG_MR_CHANGE_ACCESS)
+	if (flags & IBV_REREG_MR_CHANGE_ACCESS) {
+		int was = mr->access & IBV_ACCESS_ON_DEMAND, now = access & IBV_ACCESS_ON_DEMAND;
+		if (was != now)
+			atomic_fetch_add(&sv_odp_mrs, now ? 1 : -1);
 		mr->access = access;
+	}
 	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
 		ibmr->addr = addr;
 		ibmr->length = length;
 		mr->iova = mr->access & IBV_ACCESS_ZERO_BASED ? 0 : (uintptr_t)addr;
 	}
 	mr_publish(mr);
+	return 0;
+}
+
+int sv_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32_t flags,
+		 struct ibv_sge *sg, uint32_t num_sge)
+{
+	const char *verb = "ibv_advise_mr";
+
+	if (!sv_pd_of(pd, NULL, verb))
+		return EINVAL;
+	if (advice > IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT || (flags & ~IBV_ADVISE_MR_FLAG_FLUSH))
+		return sv_fail(EINVAL, verb, "advice %d flags 0x%x: unknown", advice, flags);
+	if (!num_sge || !sg)
+		return sv_fail(EINVAL, verb, "no SGEs given");
+	for (uint32_t i = 0; i < num_sge; i++) {
+		struct sv_mr *mr = sv_keytab_lookup(&sv_ctx(pd->context)->mrs, sg[i].lkey);
+		if (!mr || sv_pd_base(mr->pd) != sv_pd_base(sv_pd(pd)) ||
+		    !(mr->access & IBV_ACCESS_ON_DEMAND))
+			return sv_fail(EINVAL, verb, "lkey 0x%x is not an ODP MR of this PD", sg[i].lkey);
+		/* Prefetch is a hint; the kernel's is the right one. */
+		if (advice != IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT) {
+			long pg = sysconf(_SC_PAGESIZE);
+			uintptr_t a = (uintptr_t)sg[i].addr & ~(uintptr_t)(pg - 1);
+			madvise((void *)a, sg[i].length + (sg[i].addr - a), MADV_WILLNEED);
+		}
+	}
 	return 0;
 }

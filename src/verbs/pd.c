@@ -2,6 +2,7 @@
 /* Protection domains: the scope an MR, QP, SRQ or AH must share (IBA 10.2.3). */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "../sv.h"
 
@@ -44,6 +45,112 @@ SV_EXPORT struct ibv_pd *ibv_alloc_pd(struct ibv_context *ctx)
 	return &pd->ibpd;
 }
 
+/* ---- thread domains and parent domains (rdma-core verbs.h) ---- */
+
+struct sv_td {
+	struct ibv_td ibtd;
+	atomic_uint users;	/* parent domains */
+};
+
+struct ibv_td *sv_alloc_td(struct ibv_context *ctx, struct ibv_td_init_attr *attr)
+{
+	if (!sv_context_live(ctx, "ibv_alloc_td"))
+		return NULL;
+	if (!attr || attr->comp_mask)
+		return sv_fail_null(EINVAL, "ibv_alloc_td", "init_attr.comp_mask must be 0");
+	struct sv_td *td = calloc(1, sizeof(*td));
+	if (!td || sv_obj_add(td, SV_OBJ_TD, ctx)) {
+		free(td);
+		return sv_fail_null(ENOMEM, "ibv_alloc_td", "out of memory");
+	}
+	/* softverbs' queues take their own locks; a thread domain is the
+	 * application's promise of single-threaded use, which costs nothing
+	 * to accept. */
+	td->ibtd.context = ctx;
+	return &td->ibtd;
+}
+
+int sv_dealloc_td(struct ibv_td *ibtd)
+{
+	struct sv_td *td = (struct sv_td *)ibtd;
+
+	if (!sv_obj_live(td, SV_OBJ_TD))
+		return sv_fail(EINVAL, "ibv_dealloc_td", "thread domain %p is not live", (void *)ibtd);
+	if (atomic_load(&td->users))
+		return sv_fail(EBUSY, "ibv_dealloc_td", "thread domain %p is used by a parent domain",
+			       (void *)ibtd);
+	sv_obj_del(td, SV_OBJ_TD);
+	free(td);
+	return 0;
+}
+
+struct ibv_pd *sv_alloc_parent_domain(struct ibv_context *ctx,
+				      struct ibv_parent_domain_init_attr *a)
+{
+	const char *verb = "ibv_alloc_parent_domain";
+
+	if (!sv_context_live(ctx, verb))
+		return NULL;
+	if (!a || a->comp_mask & ~(uint32_t)(IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS |
+					     IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT))
+		return sv_fail_null(EINVAL, verb, "unknown comp_mask bits");
+	if (!sv_pd_of(a->pd, ctx, verb))
+		return NULL;
+	if (sv_pd(a->pd)->parent)
+		return sv_fail_null(EINVAL, verb, "attr.pd is itself a parent domain");
+	if (a->td && (!sv_obj_live(a->td, SV_OBJ_TD) || a->td->context != ctx))
+		return sv_fail_null(EINVAL, verb, "attr.td is not a thread domain of this context");
+	if ((a->comp_mask & IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS) && (!a->alloc || !a->free))
+		return sv_fail_null(EINVAL, verb, "allocators need both alloc and free");
+	struct sv_pd *pd = calloc(1, sizeof(*pd));
+	if (!pd || sv_obj_add(pd, SV_OBJ_PD, ctx)) {
+		free(pd);
+		return sv_fail_null(ENOMEM, verb, "out of memory");
+	}
+	pd->ibpd.context = ctx;
+	pd->ibpd.handle = a->pd->handle;
+	pd->parent = sv_pd(a->pd);
+	pd->td = a->td;
+	if (a->comp_mask & IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS) {
+		pd->alloc = a->alloc;
+		pd->free = a->free;
+	}
+	if (a->comp_mask & IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT)
+		pd->pd_context = a->pd_context;
+	atomic_fetch_add(&pd->parent->users, 1);
+	if (pd->td)
+		atomic_fetch_add(&((struct sv_td *)pd->td)->users, 1);
+	atomic_fetch_add(&sv_ctx(ctx)->npd, 1);
+	return &pd->ibpd;
+}
+
+/* The resource type softverbs passes to a parent domain's allocator: its
+ * send-queue buffers, the only queue memory private to one process. */
+#define SV_RES_TYPE_SQ 0x5356000000000001ull
+
+void *sv_pd_alloc(struct sv_pd *pd, size_t size, size_t align, bool *from_app)
+{
+	*from_app = false;
+	if (pd->alloc) {
+		void *p = pd->alloc(&pd->ibpd, pd->pd_context, size, align, SV_RES_TYPE_SQ);
+		if (p != IBV_ALLOCATOR_USE_DEFAULT) {
+			*from_app = p != NULL;
+			if (p)
+				memset(p, 0, size);
+			return p;
+		}
+	}
+	return calloc(1, size);
+}
+
+void sv_pd_free(struct sv_pd *pd, void *p, bool from_app)
+{
+	if (from_app)
+		pd->free(&pd->ibpd, pd->pd_context, p, SV_RES_TYPE_SQ);
+	else
+		free(p);
+}
+
 SV_EXPORT int ibv_dealloc_pd(struct ibv_pd *ibpd)
 {
 	struct sv_pd *pd = sv_pd(ibpd);
@@ -57,6 +164,10 @@ SV_EXPORT int ibv_dealloc_pd(struct ibv_pd *ibpd)
 			       "destroy them first", (void *)ibpd, users);
 	if (!sv_obj_del(pd, SV_OBJ_PD))
 		return EINVAL;
+	if (pd->parent)
+		atomic_fetch_sub(&pd->parent->users, 1);
+	if (pd->td)
+		atomic_fetch_sub(&((struct sv_td *)pd->td)->users, 1);
 	atomic_fetch_sub(&sv_ctx(ibpd->context)->npd, 1);
 	free(pd);
 	return 0;

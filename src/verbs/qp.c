@@ -92,7 +92,8 @@ static void qp_free_queues(struct sv_qp *qp)
 		sv_seg_free(&c->seg, qp->rq_off, qp->rq_bytes);
 	if (qp->sh)
 		sv_seg_free(&c->seg, qp->sh_off, sizeof(*qp->sh));
-	free(qp->sq);
+	if (qp->sq)
+		sv_pd_free(sv_pd(qp->ex.qp_base.pd), qp->sq, qp->sq_from_app);
 	pthread_mutex_destroy(&qp->sq_lock);
 }
 
@@ -116,7 +117,7 @@ static int qp_alloc_queues(struct sv_context *c, struct sv_qp *qp,
 	qp->sq_stride = (uint32_t)((sizeof(struct sv_swqe) +
 				    (a->cap.max_send_sge ? a->cap.max_send_sge : 1) *
 				    sizeof(struct ibv_sge) + SV_MAX_INLINE_DATA + 15) & ~15ul);
-	qp->sq = calloc(qp->sq_size, qp->sq_stride);
+	qp->sq = sv_pd_alloc(sv_pd(a->pd), (size_t)qp->sq_size * qp->sq_stride, 64, &qp->sq_from_app);
 	return qp->sq ? 0 : ENOMEM;
 }
 
@@ -202,7 +203,7 @@ struct ibv_qp *sv_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_
 	struct shm_qp *sh = qp->sh;
 	sh->qpn = qpn;
 	sh->type = (uint8_t)a->qp_type;
-	sh->pd = a->pd->handle;
+	sh->pd = sv_pd_base(sv_pd(a->pd))->ibpd.handle;
 	sh->rcq_off = qp->rcq->sh_off;
 	sh->rq_off = qp->rq ? qp->rq_off : 0;
 	sh->srq_off = qp->srq ? qp->srq->wq_off : 0;
@@ -250,8 +251,12 @@ struct value_error {
 	const char *why;
 };
 
+/* Any defined access bit is accepted in qp_access_flags, as the kernel
+ * and mlx5 do; only the IBV_ACCESS_REMOTE_* bits have effect on a QP. */
 #define QP_ACCESS_BITS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | \
-			IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)
+			IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND | \
+			IBV_ACCESS_ZERO_BASED | IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB | \
+			IBV_ACCESS_OPTIONAL_RANGE)
 
 static int check_values(struct sv_qp *qp, const struct ibv_qp_attr *a, int mask,
 			struct value_error *e)
@@ -264,8 +269,7 @@ static int check_values(struct sv_qp *qp, const struct ibv_qp_attr *a, int mask,
 	if ((mask & IBV_QP_PKEY_INDEX) && a->pkey_index >= SV_PKEY_TBL_LEN)
 		BAD(IBV_QP_PKEY_INDEX, "pkey_index must be below pkey_tbl_len (1)");
 	if ((mask & IBV_QP_ACCESS_FLAGS) && (a->qp_access_flags & ~QP_ACCESS_BITS))
-		BAD(IBV_QP_ACCESS_FLAGS, "qp_access_flags may hold only IBV_ACCESS_LOCAL_WRITE and "
-		    "the IBV_ACCESS_REMOTE_* bits");
+		BAD(IBV_QP_ACCESS_FLAGS, "qp_access_flags has bits that are no enum ibv_access_flags");
 	if ((mask & IBV_QP_AV) && sv_ah_attr_check(dev, &a->ah_attr, &e->why))
 		return e->bit = IBV_QP_AV, EINVAL;
 	if (mask & IBV_QP_ALT_PATH) {

@@ -8,7 +8,9 @@ prints pass/fail/skip counts and the skip reasons, and fails when:
   - a test fails that expected.txt does not list, with its reason;
   - a test that expected.txt lists now passes (the list must shrink);
   - a non-traffic test of test_device, test_pd, test_mr, test_cq or
-    test_addr fails at all.
+    test_addr fails at all;
+  - fewer tests pass than --min-pass: a feature that starts answering
+    EOPNOTSUPP turns passes into skips, which must not go unnoticed.
 """
 import argparse
 import collections
@@ -75,6 +77,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('--build', required=True)
     ap.add_argument('--links', default='ib,roce')
+    ap.add_argument('--min-pass', type=int, default=100)
     args = ap.parse_args()
     build = os.path.abspath(args.build)
     dst = os.path.join(build, 'pyverbs-tests')
@@ -103,6 +106,9 @@ def main():
             print('    %3d  %s' % (n, reason))
         print('  %s: %d passed, %d failed, %d errors, %d skipped' % (
             link, counts['pass'], counts['fail'], counts['error'], counts['skip']))
+        if counts['pass'] < args.min_pass:
+            problems.append('%s: %d passed, fewer than --min-pass %d' % (
+                link, counts['pass'], args.min_pass))
     for p in problems:
         print('PROBLEM', p)
     sys.exit(1 if problems else 0)

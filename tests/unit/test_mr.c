@@ -3,6 +3,7 @@
  * Memory registration: the access-flag rules, key staleness, unmapped
  * memory, and rereg.
  */
+#include <stdint.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -32,7 +33,8 @@ static const struct { int access; int err; const char *why; } access_cases[] = {
 	{ LW | IBV_ACCESS_MW_BIND, 0, "MW bind right" },
 	{ LW | IBV_ACCESS_HUGETLB, 0, "hugetlb hint" },
 	{ LW | (1 << 12), EINVAL, "an unknown, non-optional bit" },
-	{ LW | IBV_ACCESS_ON_DEMAND, EOPNOTSUPP, "ODP is not offered (device reports no ODP caps)" },
+	{ LW | IBV_ACCESS_ON_DEMAND, 0, "on-demand paging" },
+	{ RW | IBV_ACCESS_ON_DEMAND, EINVAL, "ODP does not lift the local-write rule" },
 };
 
 static void test_access_rules(void **state)
@@ -149,6 +151,67 @@ static void test_large_mr_no_pinning(void **state)
 	munmap(m, len);
 }
 
+static void test_odp(void **state)
+{
+	struct fix *f = *state;
+	long pg = sysconf(_SC_PAGESIZE);
+	char *m = mmap(NULL, (size_t)pg * 4, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	struct ibv_device_attr_ex x;
+
+	assert_int_equal(ibv_query_device_ex(f->ctx, NULL, &x), 0);
+	assert_true(x.odp_caps.general_caps & IBV_ODP_SUPPORT);
+	assert_true(x.odp_caps.general_caps & IBV_ODP_SUPPORT_IMPLICIT);
+	assert_true(x.odp_caps.per_transport_caps.rc_odp_caps & IBV_ODP_SUPPORT_WRITE);
+	/* An ODP MR may cover memory that is not mapped (yet). */
+	assert_int_equal(munmap(m + pg, (size_t)pg), 0);
+	struct ibv_mr *mr = ibv_reg_mr(f->pd, m, (size_t)pg * 4, LW | RW | IBV_ACCESS_ON_DEMAND);
+	assert_non_null(mr);
+	/* Implicit ODP: the whole address space. */
+	struct ibv_mr *all = ibv_reg_mr(f->pd, NULL, SIZE_MAX, LW | IBV_ACCESS_ON_DEMAND);
+	assert_non_null(all);
+	assert_int_equal(all->length, SIZE_MAX);
+	/* Prefetch accepts ODP MRs only. */
+	struct ibv_sge sge = { (uintptr_t)m, 64, mr->lkey };
+	assert_int_equal(ibv_advise_mr(f->pd, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE,
+				       IBV_ADVISE_MR_FLAG_FLUSH, &sge, 1), 0);
+	static char plain[64];
+	struct ibv_mr *pmr = ibv_reg_mr(f->pd, plain, sizeof(plain), LW);
+	sge.lkey = pmr->lkey;
+	assert_int_equal(ibv_advise_mr(f->pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &sge, 1), EINVAL);
+	assert_int_equal(ibv_dereg_mr(pmr), 0);
+	assert_int_equal(ibv_dereg_mr(all), 0);
+	assert_int_equal(ibv_dereg_mr(mr), 0);
+	munmap(m, (size_t)pg);
+	munmap(m + 2 * pg, (size_t)pg * 2);
+}
+
+static void test_parent_domain(void **state)
+{
+	struct fix *f = *state;
+	struct ibv_td_init_attr ta = { 0 };
+	struct ibv_td *td = ibv_alloc_td(f->ctx, &ta);
+	assert_non_null(td);
+	struct ibv_parent_domain_init_attr pa = { .pd = f->pd, .td = td };
+	struct ibv_pd *pdom = ibv_alloc_parent_domain(f->ctx, &pa);
+	assert_non_null(pdom);
+	/* Its protection is its parent's: an MR of the parent serves a QP
+	 * of the parent domain. */
+	assert_int_equal(pdom->handle, f->pd->handle);
+	/* In use: neither the TD nor the parent PD can go first. */
+	assert_int_equal(ibv_dealloc_td(td), EBUSY);
+	assert_int_equal(ibv_dealloc_pd(f->pd), EBUSY);
+	/* A parent domain of a parent domain is refused. */
+	pa.pd = pdom;
+	pa.td = NULL;
+	errno = 0;
+	assert_null(ibv_alloc_parent_domain(f->ctx, &pa));
+	assert_int_equal(errno, EINVAL);
+	assert_int_equal(ibv_dealloc_pd(pdom), 0);
+	/* (A second ibv_dealloc_td would be the application's own
+	 * use-after-free: the verbs.h inline reads td->context first.) */
+	assert_int_equal(ibv_dealloc_td(td), 0);
+}
+
 static void test_rereg(void **state)
 {
 	struct fix *f = *state;
@@ -204,6 +267,8 @@ int main(void)
 		cmocka_unit_test(test_keytab_reuse_order),
 		cmocka_unit_test_setup_teardown(test_unmapped_is_efault, fix_setup, fix_teardown),
 		cmocka_unit_test_setup_teardown(test_large_mr_no_pinning, fix_setup, fix_teardown),
+		cmocka_unit_test_setup_teardown(test_odp, fix_setup, fix_teardown),
+		cmocka_unit_test_setup_teardown(test_parent_domain, fix_setup, fix_teardown),
 		cmocka_unit_test_setup_teardown(test_rereg, fix_setup, fix_teardown),
 		cmocka_unit_test_setup_teardown(test_rereg_foreign_pd, fix_setup, fix_teardown),
 	};

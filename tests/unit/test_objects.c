@@ -404,9 +404,9 @@ static void test_unsupported_is_eopnotsupp(void **state)
 	errno = 0;
 	assert_null(ibv_import_pd(f->ctx, 1));
 	assert_int_equal(errno, EOPNOTSUPP);
-	struct ibv_td_init_attr ta = { 0 };
+	struct ibv_counters_init_attr ca = { 0 };
 	errno = 0;
-	assert_null(ibv_alloc_td(f->ctx, &ta));
+	assert_null(ibv_create_counters(f->ctx, &ca));
 	assert_int_equal(errno, EOPNOTSUPP);
 	struct ibv_qp *qp = fix_qp(f, IBV_QPT_UD);
 	assert_int_equal(ibv_attach_mcast(qp, &g, 0), EOPNOTSUPP);

@@ -251,7 +251,7 @@ struct bad_value {
 
 static void bad_port(struct ibv_qp_attr *a) { a->port_num = 2; }
 static void bad_pkey(struct ibv_qp_attr *a) { a->pkey_index = 1; }
-static void bad_access(struct ibv_qp_attr *a) { a->qp_access_flags = IBV_ACCESS_ON_DEMAND; }
+static void bad_access(struct ibv_qp_attr *a) { a->qp_access_flags = 1 << 12; }
 static void bad_mtu_big(struct ibv_qp_attr *a) { a->path_mtu = IBV_MTU_4096; }
 static void bad_mtu_enum(struct ibv_qp_attr *a) { a->path_mtu = (enum ibv_mtu)9; }
 static void bad_dlid(struct ibv_qp_attr *a) { a->ah_attr.dlid = 0; a->ah_attr.is_global = 0; }
@@ -271,7 +271,7 @@ static void bad_alt(struct ibv_qp_attr *a) { a->alt_timeout = 32; }
 static const struct bad_value bad_values[] = {
 	{ "port_num 2", IBV_QPS_INIT, IBV_QP_PORT, bad_port },
 	{ "pkey_index 1", IBV_QPS_INIT, IBV_QP_PKEY_INDEX, bad_pkey },
-	{ "access ON_DEMAND", IBV_QPS_INIT, IBV_QP_ACCESS_FLAGS, bad_access },
+	{ "access bit 12, undefined", IBV_QPS_INIT, IBV_QP_ACCESS_FLAGS, bad_access },
 	{ "path_mtu above active_mtu", IBV_QPS_RTR, IBV_QP_PATH_MTU, bad_mtu_big },
 	{ "path_mtu not an enum", IBV_QPS_RTR, IBV_QP_PATH_MTU, bad_mtu_enum },
 	{ "dlid 0 without GRH", IBV_QPS_RTR, IBV_QP_AV, bad_dlid },

@@ -78,9 +78,17 @@ static int cma(bool write, int32_t pid, const struct iovec *l, int nl, const str
 	return 0;
 }
 
+/* Within this process memcpy is the one copy -- unless an ODP MR exists,
+ * whose pages may be unmapped: then the kernel copies and answers EFAULT
+ * where memcpy would crash the process. */
+static bool plain_memcpy(int32_t pid)
+{
+	return pid == getpid() && !atomic_load_explicit(&sv_odp_mrs, memory_order_relaxed);
+}
+
 int sv_copy_to(int32_t pid, const struct iovec *l, int nl, const struct iovec *r, int nr)
 {
-	if (pid == getpid()) {
+	if (plain_memcpy(pid)) {
 		copy_iov(r, nr, l, nl);
 		return 0;
 	}
@@ -89,7 +97,7 @@ int sv_copy_to(int32_t pid, const struct iovec *l, int nl, const struct iovec *r
 
 int sv_copy_from(int32_t pid, const struct iovec *l, int nl, const struct iovec *r, int nr)
 {
-	if (pid == getpid()) {
+	if (plain_memcpy(pid)) {
 		copy_iov(l, nl, r, nr);
 		return 0;
 	}

@@ -55,6 +55,7 @@ struct sv_config {
 	int explain;			/* SOFTVERBS_EXPLAIN */
 	int log_level;			/* SOFTVERBS_LOG */
 	char registry[128];		/* SOFTVERBS_REGISTRY */
+	enum sv_copy_mode { SV_COPY_AUTO, SV_COPY_CMA, SV_COPY_BOUNCE } copy;	/* SOFTVERBS_COPY */
 	char source[256];		/* config file that was read, or "" */
 };
 
@@ -402,10 +403,16 @@ void sv_shm_lock(pthread_mutex_t *m);
 void sv_shm_unlock(pthread_mutex_t *m);
 
 /* transport/shm/copy.c: moving bytes between processes */
-/* Copies local -> remote (write) or remote -> local (read) in process pid;
+/* Copies local -> remote (write) or remote -> local (read), the remote
+ * side being memory of the process that owns segment `target`; `own` is
+ * the initiator's segment, whose bounce mailbox it serves while it waits.
  * 0 or an errno. */
-int sv_copy_to(int32_t pid, const struct iovec *l, int nl, const struct iovec *r, int nr);
-int sv_copy_from(int32_t pid, const struct iovec *l, int nl, const struct iovec *r, int nr);
+int sv_copy_to(struct shm_hdr *target, struct shm_hdr *own, const struct iovec *l, int nl,
+	       const struct iovec *r, int nr);
+int sv_copy_from(struct shm_hdr *target, struct shm_hdr *own, const struct iovec *l, int nl,
+		 const struct iovec *r, int nr);
+/* The owner's side of the bounce path: serves a pending request. */
+void sv_bounce_serve(struct shm_hdr *own);
 
 /* engine/comp.c: completions */
 uint64_t sv_now_ns(void);

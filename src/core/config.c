@@ -157,6 +157,19 @@ static bool set_registry(const char *v)
 	return true;
 }
 
+static bool set_copy(const char *v)
+{
+	if (!strcasecmp(v, "auto"))
+		cfg.copy = SV_COPY_AUTO;
+	else if (!strcasecmp(v, "cma"))
+		cfg.copy = SV_COPY_CMA;
+	else if (!strcasecmp(v, "bounce"))
+		cfg.copy = SV_COPY_BOUNCE;
+	else
+		return false;
+	return true;
+}
+
 static const struct setting settings[] = {
 	{ "devices", set_devices, "0..8" },
 	{ "device_name", set_device_name, "letters, digits, '_' or '-', under 30 characters" },
@@ -167,6 +180,7 @@ static const struct setting settings[] = {
 	{ "explain", set_explain, "0/1, yes/no, true/false, on/off" },
 	{ "log", set_log, "none, error, warn, info, debug or 0..4" },
 	{ "registry", set_registry, "a /dev/shm file name without '/'" },
+	{ "copy", set_copy, "auto, cma or bounce" },
 };
 
 /* `where` names the source for messages: a variable, or "file:line key". */

@@ -60,6 +60,8 @@ static void *progress_main(void *arg)
 		if (atomic_load(&c->stopping))
 			break;
 		uint64_t next = UINT64_MAX;
+		/* Copies a peer bounces through us come first: the peer waits. */
+		sv_bounce_serve(h);
 		deliver(c, &next);
 		struct timespec ts, *tp = NULL;
 		if (next != UINT64_MAX) {

@@ -6,6 +6,7 @@
  * flush on ERR, ordering, CQ overrun, SRQ limits, solicited events, and
  * one-sided operations landing in a process that sleeps meanwhile.
  */
+#define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -14,7 +15,13 @@
 #include <stdio.h>
 #include <sys/ipc.h>
 #include <sys/mman.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <sys/prctl.h>
 #include <sys/shm.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -812,11 +819,58 @@ static void test_64mib_into_sleeping_private(void **state) { (void)state; one_si
 static void test_64mib_into_sleeping_sysv_shm(void **state) { (void)state; one_sided_into_sleeper(1); }
 static void test_64mib_into_sleeping_posix_shm(void **state) { (void)state; one_sided_into_sleeper(2); }
 
-int main(void)
+/*
+ * --without-cma: the kernel refuses process_vm_readv/writev to this
+ * process (a seccomp filter, as a container runtime might install), so
+ * every cross-process copy must take the bounce path.
+ */
+static void forbid_cma(void)
+{
+	struct sock_filter f[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_readv, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_writev, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	};
+	struct sock_fprog prog = { .len = sizeof(f) / sizeof(f[0]), .filter = f };
+
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog)) {
+		perror("seccomp");
+		exit(1);
+	}
+}
+
+static void test_cma_is_refused(void **state)
+{
+	(void)state;
+	char a = 0, b = 0;
+	struct iovec l = { &a, 1 }, r = { &b, 1 };
+
+	/* The premise of the --without-cma run. */
+	errno = 0;
+	assert_int_equal(process_vm_readv(getppid(), &l, 1, &r, 1, 0), -1);
+	assert_int_equal(errno, EPERM);
+}
+
+int main(int argc, char **argv)
 {
 	int n;
 
 	devs = ibv_get_device_list(&n);
+	if (argc > 1 && !strcmp(argv[1], "--without-cma")) {
+		forbid_cma();
+		const struct CMUnitTest no_cma[] = {
+			cmocka_unit_test(test_cma_is_refused),
+			cmocka_unit_test(test_64mib_into_sleeping_private),
+			cmocka_unit_test(test_64mib_into_sleeping_sysv_shm),
+			cmocka_unit_test(test_atomics_and_read),
+		};
+		int rc = cmocka_run_group_tests_name("without CMA", no_cma, NULL, NULL);
+		ibv_free_device_list(devs);
+		return rc;
+	}
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_remote_access_errors),
 		cmocka_unit_test(test_bad_lkey_is_loc_prot_err),

@@ -9,8 +9,13 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../../sv.h"
@@ -86,20 +91,151 @@ static bool plain_memcpy(int32_t pid)
 	return pid == getpid() && !atomic_load_explicit(&sv_odp_mrs, memory_order_relaxed);
 }
 
-int sv_copy_to(int32_t pid, const struct iovec *l, int nl, const struct iovec *r, int nr)
+/* ---- the bounce path ---- */
+
+static void serve(struct shm_hdr *own, struct shm_bounce *b)
 {
-	if (plain_memcpy(pid)) {
-		copy_iov(r, nr, l, nl);
-		return 0;
+	struct iovec d[SHM_BOUNCE_IOV], c;
+	size_t len = 0;
+
+	for (uint32_t i = 0; i < b->niov; i++) {
+		d[i].iov_base = (void *)(uintptr_t)b->iov[i].addr;
+		d[i].iov_len = b->iov[i].len;
+		len += b->iov[i].len;
 	}
-	return cma(true, pid, l, nl, r, nr);
+	c.iov_base = shm_at(own, b->data_off);
+	c.iov_len = len;
+	/* The initiator checked these addresses against this process's MR
+	 * table and holds the MRs until it has the answer. */
+	int st = b->write ? sv_copy_to(own, NULL, &c, 1, d, (int)b->niov)
+			  : sv_copy_from(own, NULL, &c, 1, d, (int)b->niov);
+	b->status = st;
+	/* Pairs with the initiator's acquire load of done. */
+	atomic_store_explicit(&b->done, atomic_load_explicit(&b->req, memory_order_relaxed),
+			      memory_order_release);
+	syscall(SYS_futex, &b->done, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
-int sv_copy_from(int32_t pid, const struct iovec *l, int nl, const struct iovec *r, int nr)
+void sv_bounce_serve(struct shm_hdr *own)
 {
-	if (plain_memcpy(pid)) {
-		copy_iov(l, nl, r, nr);
+	struct shm_bounce *b = shm_at(own, own->bounce_off);
+
+	if (atomic_load_explicit(&b->req, memory_order_acquire) !=
+	    atomic_load_explicit(&b->done, memory_order_relaxed))
+		serve(own, b);
+}
+
+/* One chunk through the target's mailbox; the caller holds its lock. */
+static int bounce_chunk(struct shm_hdr *t, struct shm_hdr *own, bool write,
+			const struct iovec *l, int nl, const struct iovec *r, int nr, size_t len)
+{
+	struct shm_bounce *b = shm_at(t, t->bounce_off);
+	struct iovec c = { shm_at(t, b->data_off), len };
+
+	if (nr > SHM_BOUNCE_IOV)
+		return EINVAL;
+	if (write)
+		copy_iov(&c, 1, l, nl);
+	b->write = write;
+	b->niov = (uint32_t)nr;
+	for (int i = 0; i < nr; i++) {
+		b->iov[i].addr = (uintptr_t)r[i].iov_base;
+		b->iov[i].len = r[i].iov_len;
+	}
+	uint32_t seq = atomic_load_explicit(&b->req, memory_order_relaxed) + 1;
+	atomic_store_explicit(&b->req, seq, memory_order_release);
+	sv_seg_ring(t);
+	for (int waited = 0;; waited++) {
+		if (atomic_load_explicit(&b->done, memory_order_acquire) == seq)
+			break;
+		/* Serve our own mailbox meanwhile: two processes bouncing to
+		 * each other from their progress threads then cannot wait on
+		 * each other forever. */
+		if (own)
+			sv_bounce_serve(own);
+		struct timespec ts = { 0, 200000 };
+		syscall(SYS_futex, &b->done, FUTEX_WAIT, seq - 1, &ts, NULL, 0);
+		if (waited % 5000 == 4999 && kill(t->pid, 0) && errno == ESRCH)
+			return ESRCH;	/* the target died: nobody will serve */
+	}
+	if (b->status)
+		return b->status;
+	if (!write)
+		copy_iov(l, nl, &c, 1);
+	return 0;
+}
+
+/* Cuts [off, off + len) out of an iovec list. */
+static int iov_slice(const struct iovec *v, int n, size_t off, size_t len, struct iovec *out)
+{
+	int k = 0;
+
+	for (int i = 0; i < n && len; i++) {
+		if (off >= v[i].iov_len) {
+			off -= v[i].iov_len;
+			continue;
+		}
+		size_t take = v[i].iov_len - off < len ? v[i].iov_len - off : len;
+		out[k].iov_base = (char *)v[i].iov_base + off;
+		out[k++].iov_len = take;
+		len -= take;
+		off = 0;
+	}
+	return k;
+}
+
+static int bounce(struct shm_hdr *t, struct shm_hdr *own, bool write, const struct iovec *l,
+		  int nl, const struct iovec *r, int nr)
+{
+	struct shm_bounce *b = shm_at(t, t->bounce_off);
+	struct iovec ls[SHM_BOUNCE_IOV], rs[SHM_BOUNCE_IOV];
+	size_t total = 0;
+	int err = 0;
+
+	for (int i = 0; i < nl; i++)
+		total += l[i].iov_len;
+	sv_shm_lock(&b->lock);
+	for (size_t off = 0; off < total && !err; off += SHM_BOUNCE_CHUNK) {
+		size_t len = total - off < SHM_BOUNCE_CHUNK ? total - off : SHM_BOUNCE_CHUNK;
+		int a = iov_slice(l, nl, off, len, ls), c = iov_slice(r, nr, off, len, rs);
+		err = bounce_chunk(t, own, write, ls, a, rs, c, len);
+	}
+	sv_shm_unlock(&b->lock);
+	return err;
+}
+
+static int move(bool write, struct shm_hdr *t, struct shm_hdr *own, const struct iovec *l,
+		int nl, const struct iovec *r, int nr)
+{
+	if (plain_memcpy(t->pid)) {
+		if (write)
+			copy_iov(r, nr, l, nl);
+		else
+			copy_iov(l, nl, r, nr);
 		return 0;
 	}
-	return cma(false, pid, l, nl, r, nr);
+	enum sv_copy_mode mode = sv_config()->copy;
+	/* The bounce path needs the target's progress thread; a process's
+	 * own memory (ODP) always goes through the kernel. */
+	if (mode == SV_COPY_BOUNCE && t->pid != getpid() && own)
+		return bounce(t, own, write, l, nl, r, nr);
+	int err = cma(write, t->pid, l, nl, r, nr);
+	if ((err == EPERM || err == ENOSYS) && mode == SV_COPY_AUTO && t->pid != getpid() && own) {
+		sv_dbg("CMA into pid %d refused (%s); using the bounce path", (int)t->pid,
+		       sv_errno_name(err));
+		return bounce(t, own, write, l, nl, r, nr);
+	}
+	return err;
+}
+
+int sv_copy_to(struct shm_hdr *t, struct shm_hdr *own, const struct iovec *l, int nl,
+	       const struct iovec *r, int nr)
+{
+	return move(true, t, own, l, nl, r, nr);
+}
+
+int sv_copy_from(struct shm_hdr *t, struct shm_hdr *own, const struct iovec *l, int nl,
+		 const struct iovec *r, int nr)
+{
+	return move(false, t, own, l, nl, r, nr);
 }

@@ -64,6 +64,12 @@ static uint64_t shm_layout(struct shm_hdr *h)
 	h->n_qps = SV_HOST_MAX_QP;
 	h->off_qps = off;
 	off = align_up(off + (uint64_t)h->n_qps * sizeof(uint64_t));
+	h->bounce_off = off;
+	off = align_up(off + sizeof(struct shm_bounce));
+	off = (off + 4095) & ~4095ull;
+	struct shm_bounce *b = shm_at(h, h->bounce_off);
+	b->data_off = off;
+	off += SHM_BOUNCE_CHUNK;
 	h->heap_off = (off + 4095) & ~4095ull;
 	return h->heap_off;
 }
@@ -98,6 +104,7 @@ int sv_seg_create(struct sv_seg *s, uint32_t ep)
 	h->ep = ep;
 	s->heap_end = shm_layout(h);
 	sv_shm_mutex_init(&h->atomic_lock);
+	sv_shm_mutex_init(&((struct shm_bounce *)shm_at(h, h->bounce_off))->lock);
 	pthread_mutex_init(&s->lock, NULL);
 	s->h = h;
 	h->magic = SHM_MAGIC;

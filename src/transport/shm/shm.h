@@ -107,6 +107,27 @@ struct shm_qp {
 	uint32_t pad;
 };
 
+/*
+ * The bounce mailbox: the copy path for when the kernel refuses CMA
+ * (ptrace scope, seccomp).  One initiator at a time (lock) stages a chunk
+ * and its destination list, bumps `req` (release) and rings the doorbell;
+ * the owner's progress thread copies between the chunk and its own memory,
+ * stores `status` and then `done = req` (release) and wakes `done`.
+ */
+#define SHM_BOUNCE_CHUNK	(1u << 20)
+#define SHM_BOUNCE_IOV		(32 + 2)
+
+struct shm_bounce {
+	pthread_mutex_t lock;		/* robust, process-shared */
+	_Atomic uint32_t req, done;	/* futex word: done */
+	uint32_t write;			/* 1: chunk -> owner memory; 0: owner memory -> chunk */
+	uint32_t niov;
+	int32_t status;			/* 0 or an errno */
+	uint32_t pad;
+	struct { uint64_t addr, len; } iov[SHM_BOUNCE_IOV];
+	uint64_t data_off;		/* segment offset of the chunk */
+};
+
 struct shm_hdr {
 	uint32_t magic, version;
 	uint64_t size;
@@ -120,6 +141,7 @@ struct shm_hdr {
 	_Atomic uint32_t doorbell;	/* futex word: wakes the owner's progress thread */
 	uint32_t pad;
 	pthread_mutex_t atomic_lock;	/* serialises atomics aimed at this context */
+	uint64_t bounce_off;		/* struct shm_bounce */
 	_Atomic uint32_t ready;		/* stored last (release) */
 };
 

@@ -136,12 +136,17 @@ void *sv_keytab_lookup(struct sv_keytab *t, uint32_t key);
 
 enum sv_reg_ep_state { SV_EP_FREE, SV_EP_LIVE };
 
+/* How bytes moved: the three paths of docs/architecture.md §4, and
+ * memcpy within one process. */
+enum sv_copy_path { SV_PATH_LOCAL, SV_PATH_DIRECT, SV_PATH_CMA, SV_PATH_BOUNCE, SV_COPY_PATHS };
+
 struct sv_reg_ep_info {
 	uint32_t index;
 	int32_t pid;
 	uint64_t start_time;
 	uint32_t dev_index;
 	uint32_t nqps;
+	uint64_t bytes[SV_COPY_PATHS];
 };
 
 struct sv_reg_qp_info {
@@ -162,6 +167,7 @@ int sv_reg_qpn_alloc(uint32_t ep, enum ibv_qp_type type, uint32_t *qpn);
 int sv_reg_qpn_owner(uint32_t qpn, struct sv_reg_ep_info *out);
 void sv_reg_qpn_free(uint32_t qpn);
 void sv_reg_qpn_set_state(uint32_t qpn, enum ibv_qp_state state);
+void sv_reg_count_bytes(uint32_t ep, enum sv_copy_path path, uint64_t n);
 /* Reclaims the entries of dead processes; returns how many. */
 int sv_reg_sweep(void);
 /* Snapshot for `softverbs status` and the tests. */
@@ -287,6 +293,7 @@ struct sv_mr {
 	struct sv_pd *pd;
 	uint64_t iova;
 	int access;
+	uint64_t share_off;		/* struct shm_share in the segment, or 0 */
 };
 
 struct sv_channel {
@@ -411,6 +418,17 @@ int sv_copy_to(struct shm_hdr *target, struct shm_hdr *own, const struct iovec *
 	       const struct iovec *r, int nr);
 int sv_copy_from(struct shm_hdr *target, struct shm_hdr *own, const struct iovec *l, int nl,
 		 const struct iovec *r, int nr);
+/* The remote iovecs were translated into this process's mapping of the
+ * target's shareable memory (transport/shm/direct.c): a plain memcpy. */
+void sv_copy_mapped(struct shm_hdr *own, bool write, const struct iovec *l, int nl,
+		    const struct iovec *r, int nr);
+
+/* transport/shm/direct.c: shareable memory, mapped by peers */
+/* Owner: describes how peers can map [addr, +len) (SysV shm, or a named
+ * MAP_SHARED file); 0 when they cannot. */
+uint64_t sv_direct_describe(struct sv_seg *s, const void *addr, size_t len);
+/* Peer: this process's address for target address va of MR m, or NULL. */
+void *sv_direct_map(const struct shm_hdr *seg, const struct shm_mr *m, uint64_t va, uint64_t len);
 /* The owner's side of the bounce path: serves a pending request. */
 void sv_bounce_serve(struct shm_hdr *own);
 

@@ -35,7 +35,7 @@
 #include "../sv.h"
 
 #define REG_MAGIC	0x47525653u	/* "SVRG" */
-#define REG_VERSION	1u
+#define REG_VERSION	2u
 
 struct reg_ep {
 	_Atomic uint32_t state;		/* enum sv_reg_ep_state */
@@ -43,6 +43,8 @@ struct reg_ep {
 	uint64_t start_time;
 	uint32_t dev_index;
 	uint32_t nqps;
+	/* Bytes this endpoint moved, by copy path (relaxed: statistics). */
+	_Atomic uint64_t bytes[SV_COPY_PATHS];
 };
 
 struct reg_qpn {
@@ -259,11 +261,13 @@ int sv_reg_open(void)
 	pthread_mutex_lock(&open_lock);
 	if (reg)
 		goto out;
+	/* The layout version is part of the name: processes of two softverbs
+	 * versions cannot share a registry, and must not block each other. */
 	if (c->registry[0])
-		snprintf(reg_path, sizeof(reg_path), "/dev/shm/%s", c->registry);
+		snprintf(reg_path, sizeof(reg_path), "/dev/shm/%s.v%u", c->registry, REG_VERSION);
 	else
-		snprintf(reg_path, sizeof(reg_path), "/dev/shm/softverbs-%u.registry",
-			 (unsigned)getuid());
+		snprintf(reg_path, sizeof(reg_path), "/dev/shm/softverbs-%u.v%u.registry",
+			 (unsigned)getuid(), REG_VERSION);
 	int fd = open(reg_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	if (fd < 0) {
 		ret = errno;
@@ -319,6 +323,8 @@ int sv_reg_ep_attach(unsigned dev_index, uint32_t *out)
 		ep->start_time = st;
 		ep->dev_index = dev_index;
 		ep->nqps = 0;
+		for (int k = 0; k < SV_COPY_PATHS; k++)
+			atomic_store_explicit(&ep->bytes[k], 0, memory_order_relaxed);
 		/* Identity first, then LIVE: see the file comment. */
 		atomic_store_explicit(&ep->state, SV_EP_LIVE, memory_order_release);
 		*out = i;
@@ -391,7 +397,8 @@ int sv_reg_qpn_owner(uint32_t qpn, struct sv_reg_ep_info *out)
 	struct reg_ep *ep = &eps()[o - 1];
 	if (atomic_load_explicit(&ep->state, memory_order_acquire) != SV_EP_LIVE)
 		return ENOENT;
-	*out = (struct sv_reg_ep_info){ o - 1, ep->pid, ep->start_time, ep->dev_index, 0 };
+	*out = (struct sv_reg_ep_info){ .index = o - 1, .pid = ep->pid, .start_time = ep->start_time,
+					.dev_index = ep->dev_index };
 	return 0;
 }
 
@@ -407,6 +414,12 @@ void sv_reg_qpn_free(uint32_t qpn)
 		eps()[o - 1].nqps--;
 	atomic_store_explicit(&qpns()[i].owner, 0, memory_order_release);
 	reg_unlock();
+}
+
+void sv_reg_count_bytes(uint32_t ep, enum sv_copy_path path, uint64_t n)
+{
+	if (reg && ep < reg->n_eps)
+		atomic_fetch_add_explicit(&eps()[ep].bytes[path], n, memory_order_relaxed);
 }
 
 void sv_reg_qpn_set_state(uint32_t qpn, enum ibv_qp_state state)
@@ -442,8 +455,11 @@ int sv_reg_list_eps(struct sv_reg_ep_info *out, int max)
 
 		if (atomic_load_explicit(&ep->state, memory_order_relaxed) != SV_EP_LIVE)
 			continue;
-		out[n++] = (struct sv_reg_ep_info){ i, ep->pid, ep->start_time,
-						    ep->dev_index, ep->nqps };
+		out[n] = (struct sv_reg_ep_info){ .index = i, .pid = ep->pid, .start_time = ep->start_time,
+					  .dev_index = ep->dev_index, .nqps = ep->nqps };
+		for (int k = 0; k < SV_COPY_PATHS; k++)
+			out[n].bytes[k] = atomic_load_explicit(&ep->bytes[k], memory_order_relaxed);
+		n++;
 	}
 	reg_unlock();
 	return n;

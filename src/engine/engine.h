@@ -37,6 +37,7 @@ struct sv_target {
 	struct shm_hdr *seg;
 	struct shm_qp *qp;
 	int32_t pid;
+	bool mapped;		/* the last buffer resolved is mapped here (direct path) */
 	char why[160];		/* the failed check, for explain mode */
 };
 

@@ -344,7 +344,11 @@ static enum sv_result deliver_recv(struct sv_qp *qp, struct sv_swqe *w, struct s
 	}
 	for (int i = 0; data && i < nl; i++)
 		src[ns++] = liov[i];
-	int err = need ? sv_copy_to(t->seg, qp->ctx->seg.h, src, ns, riov, (int)rw.w.num_sge) : 0;
+	int err = 0;
+	if (need && t->mapped)
+		sv_copy_mapped(qp->ctx->seg.h, true, src, ns, riov, (int)rw.w.num_sge);
+	else if (need)
+		err = sv_copy_to(t->seg, qp->ctx->seg.h, src, ns, riov, (int)rw.w.num_sge);
 	sv_resp_recv_put(&rw.w, held);
 	if (err) {
 		sv_resp_fail(t, &rw.w, IBV_WC_LOC_PROT_ERR, -1);
@@ -395,13 +399,21 @@ static enum sv_result do_atomic(struct sv_qp *qp, struct sv_swqe *w, struct sv_t
 	/* IBV_ATOMIC_HCA: atomic against every other softverbs atomic on
 	 * this target, which all take this lock. */
 	sv_shm_lock(&t->seg->atomic_lock);
-	int err = sv_copy_from(t->seg, qp->ctx->seg.h, &ov, 1, &rv, 1);
+	struct shm_hdr *own = qp->ctx->seg.h;
+	int err = 0;
+	if (t->mapped)
+		sv_copy_mapped(own, false, &ov, 1, &rv, 1);
+	else
+		err = sv_copy_from(t->seg, own, &ov, 1, &rv, 1);
 	if (!err) {
 		if (w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)
 			new = old + w->compare_add;
 		else
 			new = old == w->compare_add ? w->swap : old;
-		err = new == old ? 0 : sv_copy_to(t->seg, qp->ctx->seg.h, &nv, 1, &rv, 1);
+		if (new != old && t->mapped)
+			sv_copy_mapped(own, true, &nv, 1, &rv, 1);
+		else if (new != old)
+			err = sv_copy_to(t->seg, own, &nv, 1, &rv, 1);
 	}
 	sv_shm_unlock(&t->seg->atomic_lock);
 	sv_resp_mr_put(mr);
@@ -469,8 +481,12 @@ static enum sv_result execute(struct sv_qp *qp, struct sv_swqe *w)
 	}
 	struct iovec rv = { addr, len };
 	struct shm_hdr *own = qp->ctx->seg.h;
-	int err = !len ? 0 : wi->flags & F_READ ? sv_copy_from(t.seg, own, liov, nl, &rv, 1)
-						 : sv_copy_to(t.seg, own, liov, nl, &rv, 1);
+	bool read = wi->flags & F_READ;
+	int err = 0;
+	if (len && t.mapped)
+		sv_copy_mapped(own, !read, liov, nl, &rv, 1);
+	else if (len)
+		err = read ? sv_copy_from(t.seg, own, liov, nl, &rv, 1) : sv_copy_to(t.seg, own, liov, nl, &rv, 1);
 	sv_resp_mr_put(mr);
 	if (err)
 		return copy_failed(err, t.pid);

@@ -12,8 +12,15 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "engine.h"
+
+/* The direct path applies between processes, unless a path is forced. */
+static bool try_direct(const struct sv_target *t)
+{
+	return t->pid != getpid() && sv_config()->copy == SV_COPY_AUTO;
+}
 
 enum sv_result sv_resp_find(struct sv_qp *qp, uint32_t qpn, struct sv_target *t)
 {
@@ -129,7 +136,10 @@ enum sv_result sv_resp_mr_get(struct sv_target *t, uint32_t rkey, uint64_t va, u
 		return SV_R_NAK_ACCESS;
 	}
 	*mr = m;
-	*addr = (void *)(uintptr_t)(m->addr + (va - m->iova));
+	uint64_t tva = m->addr + (va - m->iova);
+	void *local = try_direct(t) ? sv_direct_map(t->seg, m, tva, len) : NULL;
+	t->mapped = local != NULL;
+	*addr = local ? local : (void *)(uintptr_t)tva;
 	return SV_R_OK;
 }
 
@@ -182,6 +192,15 @@ enum sv_result sv_resp_recv_iov(struct sv_target *t, const struct shm_rwqe *w, s
 		iov[i].iov_base = (void *)(uintptr_t)(m->addr + (s->addr - m->iova));
 		*cap += s->length;
 	}
+	/* All of the buffer mapped here, or none of it. */
+	t->mapped = try_direct(t);
+	for (uint32_t i = 0; i < w->num_sge && t->mapped; i++)
+		t->mapped = !w->sge[i].length ||
+			    sv_direct_map(t->seg, held[i], (uintptr_t)iov[i].iov_base, w->sge[i].length);
+	for (uint32_t i = 0; i < w->num_sge && t->mapped; i++)
+		if (w->sge[i].length)
+			iov[i].iov_base = sv_direct_map(t->seg, held[i], (uintptr_t)iov[i].iov_base,
+							w->sge[i].length);
 	return SV_R_OK;
 }
 

@@ -83,7 +83,20 @@ static void mr_publish(struct sv_mr *mr)
 	e->iova = mr->iova;
 	e->access = (uint32_t)mr->access;
 	e->pd = sv_pd_base(mr->pd)->ibpd.handle;
+	e->share_off = mr->share_off;
 	atomic_store(&e->key, mr->ibmr.lkey);
+}
+
+/* Shareable memory gets a description peers can map (direct.c); an ODP
+ * MR may cover what is not mapped yet, so it never does. */
+static void mr_describe(struct sv_mr *mr)
+{
+	struct sv_context *c = sv_ctx(mr->ibmr.context);
+
+	if (mr->share_off)
+		sv_seg_free(&c->seg, mr->share_off, sizeof(struct shm_share));
+	mr->share_off = mr->access & IBV_ACCESS_ON_DEMAND ? 0 :
+			sv_direct_describe(&c->seg, mr->ibmr.addr, mr->ibmr.length);
 }
 
 static void mr_revoke(struct sv_mr *mr)
@@ -187,6 +200,7 @@ SV_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t 
 	atomic_fetch_add(&mr->pd->users, 1);
 	if (access & IBV_ACCESS_ON_DEMAND)
 		atomic_fetch_add(&sv_odp_mrs, 1);
+	mr_describe(mr);
 	mr_publish(mr);
 	sv_dbg("reg_mr %p len %zu access 0x%x -> key 0x%x", addr, length, access, key);
 	return &mr->ibmr;
@@ -218,6 +232,8 @@ static void mr_free(struct sv_mr *mr)
 	atomic_fetch_sub(&mr->pd->users, 1);
 	if (mr->access & IBV_ACCESS_ON_DEMAND)
 		atomic_fetch_sub(&sv_odp_mrs, 1);
+	if (mr->share_off)
+		sv_seg_free(&sv_ctx(mr->ibmr.context)->seg, mr->share_off, sizeof(struct shm_share));
 	free(mr);
 }
 
@@ -285,6 +301,8 @@ SV_EXPORT int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd, vo
 		ibmr->length = length;
 		mr->iova = mr->access & IBV_ACCESS_ZERO_BASED ? 0 : (uintptr_t)addr;
 	}
+	if (flags & (IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_ACCESS))
+		mr_describe(mr);
 	mr_publish(mr);
 	return 0;
 }

@@ -20,4 +20,20 @@ for t in ib_write_bw ib_send_bw ib_read_lat ib_atomic_lat; do
 done
 unset SOFTVERBS_VENDOR_PART_ID
 SOFTVERBS_LINK_LAYER=roce pair $((port++)) "ib_write_bw (RoCE)" ib_write_bw -n "$iters"
+
+# Shareable memory: perftest's --use_hugepages buffers are SysV shm, which
+# softverbs maps and reaches by plain loads and stores (the direct path).
+# Huge pages are reserved if this user may; otherwise the runs are skipped.
+free_hp=$(awk '/HugePages_Free/ {print $2}' /proc/meminfo)
+if [ "${free_hp:-0}" -lt 32 ] && [ -w /proc/sys/vm/nr_hugepages ]; then
+	echo $(( $(cat /proc/sys/vm/nr_hugepages) + 64 )) > /proc/sys/vm/nr_hugepages 2>/dev/null
+	free_hp=$(awk '/HugePages_Free/ {print $2}' /proc/meminfo)
+fi
+if [ "${free_hp:-0}" -ge 32 ]; then
+	for t in ib_write_bw ib_read_bw ib_send_bw ib_write_lat ib_atomic_lat; do
+		pair $((port++)) "$t --use_hugepages" $t --use_hugepages -n "$iters"
+	done
+else
+	echo "skipped: --use_hugepages runs (no huge pages can be reserved here)"
+fi
 finish

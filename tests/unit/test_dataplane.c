@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "helpers.h"
+#include "sv.h"
 
 #define BUF 65536
 #define ALL_ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | \
@@ -705,6 +706,15 @@ struct exch {
 /* The target: registers memory of the given kind, publishes it, then
  * sleeps in nanosleep and never calls into verbs again.  Woken by
  * SIGUSR1, it checks what landed. */
+static char posix_name[64];
+
+static void target_exit(int code)
+{
+	if (posix_name[0])
+		shm_unlink(posix_name);
+	_exit(code);
+}
+
 static void sleeping_target(int wfd, int kind)
 {
 	struct qp_opts o = rc_default;
@@ -719,12 +729,12 @@ static void sleeping_target(int wfd, int kind)
 		mem = shmat(id, NULL, 0);
 		shmctl(id, IPC_RMID, NULL);
 	} else {
-		char name[64];
-		snprintf(name, sizeof(name), "/svtest-%d", (int)getpid());
-		int fd = shm_open(name, O_RDWR | O_CREAT, 0600);
-		shm_unlink(name);
+		/* A named POSIX shm object; unlinked only at exit, so peers
+		 * can open it by name (the direct path). */
+		snprintf(posix_name, sizeof(posix_name), "/svtest-%d", (int)getpid());
+		int fd = shm_open(posix_name, O_RDWR | O_CREAT, 0600);
 		if (ftruncate(fd, (off_t)BIG))
-			_exit(3);
+			target_exit(3);
 		mem = mmap(NULL, BIG, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	}
 	for (size_t i = 0; i < BIG; i += 4096)
@@ -733,15 +743,15 @@ static void sleeping_target(int wfd, int kind)
 	struct exch x = { .qpn = t.qp->qp_num, .lid = t.port.lid, .gid = t.gid,
 			  .addr = (uintptr_t)mem, .rkey = mr->rkey };
 	if (write(wfd, &x, sizeof(x)) != sizeof(x))
-		_exit(4);
+		target_exit(4);
 	struct exch peer;
 	if (read(wfd, &peer, sizeof(peer)) != sizeof(peer))
-		_exit(5);
+		target_exit(5);
 	struct end pe = { .port = t.port, .gid = peer.gid };
 	pe.port.lid = peer.lid;
 	connect_qp(t.qp, &pe, peer.qpn, &o);
 	if (write(wfd, "R", 1) != 1)
-		_exit(6);
+		target_exit(6);
 	/* Sleep: no verbs, no polling.  SIGUSR1 ends it. */
 	sigset_t s;
 	sigemptyset(&s);
@@ -754,13 +764,44 @@ static void sleeping_target(int wfd, int kind)
 	sig = sigtimedwait(&s, NULL, &ten);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	if (sig != SIGUSR1)
-		_exit(7);
+		target_exit(7);
 	/* The initiator wrote 0x5a everywhere but the last page. */
 	for (size_t i = 0; i < BIG - 4096; i += 512)
 		if (mem[i] != 0x5a)
-			_exit(8);
-	_exit(0);
+			target_exit(8);
+	target_exit(0);
 }
+
+/* Bytes this process moved by a copy path (host registry counters). */
+static uint64_t my_bytes(enum sv_copy_path path)
+{
+	static struct sv_reg_ep_info eps[SV_HOST_MAX_ENDPOINTS];
+	int n = sv_reg_list_eps(eps, SV_HOST_MAX_ENDPOINTS);
+	uint64_t sum = 0;
+
+	for (int i = 0; i < n; i++)
+		if (eps[i].pid == getpid())
+			sum += eps[i].bytes[path];
+	return sum;
+}
+
+/* The path each kind of target memory must take, for the copy mode of
+ * this run: shareable memory is mapped (direct), private memory goes by
+ * CMA -- or by bounce when that is forced or CMA is refused. */
+static enum sv_copy_path expected_path(int kind, bool cma_refused)
+{
+	const char *mode = getenv("SOFTVERBS_COPY");
+
+	if (mode && !strcmp(mode, "bounce"))
+		return SV_PATH_BOUNCE;
+	if (mode && !strcmp(mode, "cma"))
+		return SV_PATH_CMA;
+	if (kind != 0)
+		return SV_PATH_DIRECT;
+	return cma_refused ? SV_PATH_BOUNCE : SV_PATH_CMA;
+}
+
+static bool cma_refused;
 
 static void one_sided_into_sleeper(int kind)
 {
@@ -789,6 +830,8 @@ static void one_sided_into_sleeper(int kind)
 	memset(src, 0x5a, BIG);
 	struct ibv_mr *ms = ibv_reg_mr(a.pd, src, BIG, ALL_ACCESS);
 	struct ibv_mr *mb = ibv_reg_mr(a.pd, back, BIG, ALL_ACCESS);
+	enum sv_copy_path path = expected_path(kind, cma_refused);
+	uint64_t before = my_bytes(path);
 	/* 64 MiB WRITE, but leave the last page as the target wrote it. */
 	assert_int_equal(post(&a, IBV_WR_RDMA_WRITE, src, (uint32_t)(BIG - 4096), ms->lkey, x.addr,
 			      x.rkey, 1, IBV_SEND_SIGNALED), 0);
@@ -801,6 +844,11 @@ static void one_sided_into_sleeper(int kind)
 	assert_int_equal(wc.byte_len, BIG);
 	assert_int_equal(memcmp(back, src, BIG - 4096), 0);
 	assert_int_equal(back[BIG - 4096], (char)((BIG - 4096) >> 12));
+	/* Both 64 MiB transfers went the expected way. */
+	uint64_t moved = my_bytes(path) - before;
+	if (moved < 2 * BIG - 4096)
+		fail_msg("memory kind %d: only %llu bytes by path %d", kind,
+			 (unsigned long long)moved, path);
 	kill(pid, SIGUSR1);
 	int st;
 	assert_int_equal(waitpid(pid, &st, 0), pid);
@@ -861,10 +909,12 @@ int main(int argc, char **argv)
 	devs = ibv_get_device_list(&n);
 	if (argc > 1 && !strcmp(argv[1], "--without-cma")) {
 		forbid_cma();
+		cma_refused = true;
 		const struct CMUnitTest no_cma[] = {
 			cmocka_unit_test(test_cma_is_refused),
 			cmocka_unit_test(test_64mib_into_sleeping_private),
 			cmocka_unit_test(test_64mib_into_sleeping_sysv_shm),
+			cmocka_unit_test(test_64mib_into_sleeping_posix_shm),
 			cmocka_unit_test(test_atomics_and_read),
 		};
 		int rc = cmocka_run_group_tests_name("without CMA", no_cma, NULL, NULL);

@@ -204,6 +204,31 @@ static int bounce(struct shm_hdr *t, struct shm_hdr *own, bool write, const stru
 	return err;
 }
 
+static size_t iov_len(const struct iovec *v, int n)
+{
+	size_t len = 0;
+
+	for (int i = 0; i < n; i++)
+		len += v[i].iov_len;
+	return len;
+}
+
+static void count(struct shm_hdr *own, enum sv_copy_path path, const struct iovec *l, int nl)
+{
+	if (own)
+		sv_reg_count_bytes(own->ep, path, iov_len(l, nl));
+}
+
+void sv_copy_mapped(struct shm_hdr *own, bool write, const struct iovec *l, int nl,
+		    const struct iovec *r, int nr)
+{
+	if (write)
+		copy_iov(r, nr, l, nl);
+	else
+		copy_iov(l, nl, r, nr);
+	count(own, SV_PATH_DIRECT, l, nl);
+}
+
 static int move(bool write, struct shm_hdr *t, struct shm_hdr *own, const struct iovec *l,
 		int nl, const struct iovec *r, int nr)
 {
@@ -212,19 +237,30 @@ static int move(bool write, struct shm_hdr *t, struct shm_hdr *own, const struct
 			copy_iov(r, nr, l, nl);
 		else
 			copy_iov(l, nl, r, nr);
+		count(own, SV_PATH_LOCAL, l, nl);
 		return 0;
 	}
 	enum sv_copy_mode mode = sv_config()->copy;
 	/* The bounce path needs the target's progress thread; a process's
 	 * own memory (ODP) always goes through the kernel. */
-	if (mode == SV_COPY_BOUNCE && t->pid != getpid() && own)
-		return bounce(t, own, write, l, nl, r, nr);
-	int err = cma(write, t->pid, l, nl, r, nr);
+	int err;
+	if (mode == SV_COPY_BOUNCE && t->pid != getpid() && own) {
+		err = bounce(t, own, write, l, nl, r, nr);
+		if (!err)
+			count(own, SV_PATH_BOUNCE, l, nl);
+		return err;
+	}
+	err = cma(write, t->pid, l, nl, r, nr);
 	if ((err == EPERM || err == ENOSYS) && mode == SV_COPY_AUTO && t->pid != getpid() && own) {
 		sv_dbg("CMA into pid %d refused (%s); using the bounce path", (int)t->pid,
 		       sv_errno_name(err));
-		return bounce(t, own, write, l, nl, r, nr);
+		err = bounce(t, own, write, l, nl, r, nr);
+		if (!err)
+			count(own, SV_PATH_BOUNCE, l, nl);
+		return err;
 	}
+	if (!err)
+		count(own, SV_PATH_CMA, l, nl);
 	return err;
 }
 

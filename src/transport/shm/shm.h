@@ -43,7 +43,18 @@ struct shm_mr {
 	 * (CLOCK_MONOTONIC ns, which is system-wide). */
 	uint32_t revoked_key, pad;
 	uint64_t revoked_ns;
-	uint64_t pad2;
+	uint64_t share_off;		/* struct shm_share, 0 = not shareable */
+};
+
+/* How a peer maps an MR's memory for direct load/store (direct.c). */
+enum shm_share_kind { SHM_SHARE_SYSV = 1, SHM_SHARE_FILE = 2 };
+
+struct shm_share {
+	uint32_t kind;
+	int32_t shmid;			/* SYSV */
+	uint64_t dev, ino;		/* the backing object, checked by the peer */
+	uint64_t offset;		/* object offset of the MR's first byte */
+	char path[256];			/* FILE */
 };
 _Static_assert(sizeof(struct shm_mr) == 64, "one cache line per MR");
 

@@ -348,6 +348,7 @@ struct sv_qp {
 	struct ibv_qp_ex ex;		/* ex.qp_base is the ibv_qp */
 	struct sv_context *ctx;
 	struct shm_qp *sh;		/* what initiators see */
+	uint16_t slid;			/* this port's LID, for receivers' completions */
 	uint64_t sh_off;
 	struct shm_wq *rq;		/* own receive queue, NULL with an SRQ */
 	uint64_t rq_off, rq_bytes;

@@ -66,6 +66,8 @@ struct reg_hdr {
 };
 
 static struct reg_hdr *reg;
+/* `reg` for lock-free readers on the data path, stored once it is usable. */
+static struct reg_hdr *_Atomic reg_pub;
 static char reg_path[192];
 static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -280,6 +282,8 @@ int sv_reg_open(void)
 		flock(fd, LOCK_UN);
 	}
 	close(fd);
+	if (!ret)
+		atomic_store_explicit(&reg_pub, reg, memory_order_release);
 out:
 	pthread_mutex_unlock(&open_lock);
 	if (ret == EPROTO)
@@ -388,8 +392,11 @@ int sv_reg_qpn_alloc(uint32_t ep, enum ibv_qp_type type, uint32_t *qpn)
 int sv_reg_qpn_owner(uint32_t qpn, struct sv_reg_ep_info *out)
 {
 	uint32_t i = qpn - SV_QPN_BASE;
+	/* The caller has a context, so the registry is open: no lock here.
+	 * Pairs with the release store in sv_reg_open(). */
+	struct reg_hdr *r = atomic_load_explicit(&reg_pub, memory_order_acquire);
 
-	if (sv_reg_open() || qpn < SV_QPN_BASE || i >= reg->n_qpns)
+	if (!r || qpn < SV_QPN_BASE || i >= r->n_qpns)
 		return ENOENT;
 	uint32_t o = atomic_load_explicit(&qpns()[i].owner, memory_order_acquire);
 	if (!o || o > reg->n_eps)

@@ -358,7 +358,7 @@ static enum sv_result deliver_recv(struct sv_qp *qp, struct sv_swqe *w, struct s
 		.wr_id = rw.w.wr_id, .status = IBV_WC_SUCCESS,
 		.opcode = data ? IBV_WC_RECV : IBV_WC_RECV_RDMA_WITH_IMM,
 		.byte_len = (uint32_t)(data ? need : len), .qp_num = t->qp->qpn,
-		.src_qp = qp->ex.qp_base.qp_num, .slid = sv_reg_lid(qp->ctx->dev->index),
+		.src_qp = qp->ex.qp_base.qp_num, .slid = qp->slid,
 		.sl = w->av.sl, .solicited = !!(w->send_flags & IBV_SEND_SOLICITED),
 		.ts = sv_now_ns(),
 	};
@@ -368,8 +368,6 @@ static enum sv_result deliver_recv(struct sv_qp *qp, struct sv_swqe *w, struct s
 	}
 	if (ud && w->av.is_global)
 		e.wc_flags |= IBV_WC_GRH;
-	if (sv_config()->link == SV_LINK_ROCE)
-		e.slid = 0;
 	sv_cq_push(t->seg, shm_at(t->seg, t->qp->rcq_off), &e);
 	return SV_R_OK;
 }

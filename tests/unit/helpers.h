@@ -98,4 +98,34 @@ static inline void fix_valid_attr(struct fix *f, struct ibv_qp *qp, struct ibv_q
 	a->path_mig_state = IBV_MIG_MIGRATED;
 }
 
+/* Walks a fresh QP from RESET up to `to` (INIT, RTR or RTS), with the
+ * attributes each QP type requires. */
+static inline void fix_walk(struct fix *f, struct ibv_qp *qp, enum ibv_qp_state to)
+{
+	bool ud = qp->qp_type == IBV_QPT_UD, rc = qp->qp_type == IBV_QPT_RC;
+	struct ibv_qp_attr a;
+	int m;
+
+	fix_valid_attr(f, qp, &a);
+	a.qp_state = IBV_QPS_INIT;
+	m = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | (ud ? IBV_QP_QKEY : IBV_QP_ACCESS_FLAGS);
+	assert_int_equal(ibv_modify_qp(qp, &a, m), 0);
+	if (to == IBV_QPS_INIT)
+		return;
+	a.qp_state = IBV_QPS_RTR;
+	m = IBV_QP_STATE;
+	if (!ud)
+		m |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
+	if (rc)
+		m |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+	assert_int_equal(ibv_modify_qp(qp, &a, m), 0);
+	if (to == IBV_QPS_RTR)
+		return;
+	a.qp_state = IBV_QPS_RTS;
+	m = IBV_QP_STATE | IBV_QP_SQ_PSN;
+	if (rc)
+		m |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+	assert_int_equal(ibv_modify_qp(qp, &a, m), 0);
+}
+
 #endif

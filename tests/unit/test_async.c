@@ -38,23 +38,6 @@ static void test_port_active_after_open(void **state)
 	assert_int_equal(errno, EAGAIN);
 }
 
-static void to_rts(struct fix *f, struct ibv_qp *qp)
-{
-	struct ibv_qp_attr a;
-
-	fix_valid_attr(f, qp, &a);
-	a.qp_state = IBV_QPS_INIT;
-	assert_int_equal(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-				       IBV_QP_ACCESS_FLAGS), 0);
-	a.qp_state = IBV_QPS_RTR;
-	assert_int_equal(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-				       IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-				       IBV_QP_MIN_RNR_TIMER), 0);
-	a.qp_state = IBV_QPS_RTS;
-	assert_int_equal(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-				       IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC), 0);
-}
-
 static void drain_port_active(struct fix *f)
 {
 	struct ibv_async_event ev;
@@ -72,7 +55,7 @@ static void test_sq_drained(void **state)
 	struct ibv_qp_attr a = { .qp_state = IBV_QPS_SQD, .en_sqd_async_notify = 1 };
 
 	drain_port_active(f);
-	to_rts(f, qp);
+	fix_walk(f, qp, IBV_QPS_RTS);
 	assert_int_equal(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_EN_SQD_ASYNC_NOTIFY), 0);
 	assert_int_equal(readable(f->ctx->async_fd, 1000), 1);
 	assert_int_equal(ibv_get_async_event(f->ctx, &ev), 0);

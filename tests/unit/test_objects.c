@@ -222,11 +222,7 @@ static void test_post_bad_input(void **state)
 	assert_int_equal(ibv_post_send(rc, &wr, &bad), EINVAL);
 	assert_int_equal(ibv_post_recv(rc, &rwr, &rbad), EINVAL);
 	assert_ptr_equal(rbad, &rwr);
-	struct ibv_qp_attr a;
-	fix_valid_attr(f, rc, &a);
-	a.qp_state = IBV_QPS_INIT;
-	assert_int_equal(ibv_modify_qp(rc, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-				       IBV_QP_ACCESS_FLAGS), 0);
+	fix_walk(f, rc, IBV_QPS_INIT);
 	/* INIT takes receives, not sends. */
 	assert_int_equal(ibv_post_recv(rc, &rwr, &rbad), 0);
 	assert_int_equal(ibv_post_send(rc, &wr, &bad), EINVAL);
@@ -238,15 +234,7 @@ static void test_post_bad_input(void **state)
 		assert_int_equal(ibv_post_recv(rc, &rwr, &rbad), 0);
 	assert_int_equal(ibv_post_recv(rc, &rwr, &rbad), ENOMEM);
 	/* UC has no READ: refused at post time on an RTS UC QP. */
-	fix_valid_attr(f, uc, &a);
-	a.qp_state = IBV_QPS_INIT;
-	assert_int_equal(ibv_modify_qp(uc, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-				       IBV_QP_ACCESS_FLAGS), 0);
-	a.qp_state = IBV_QPS_RTR;
-	assert_int_equal(ibv_modify_qp(uc, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-				       IBV_QP_DEST_QPN | IBV_QP_RQ_PSN), 0);
-	a.qp_state = IBV_QPS_RTS;
-	assert_int_equal(ibv_modify_qp(uc, &a, IBV_QP_STATE | IBV_QP_SQ_PSN), 0);
+	fix_walk(f, uc, IBV_QPS_RTS);
 	wr.opcode = IBV_WR_RDMA_READ;
 	assert_int_equal(ibv_post_send(uc, &wr, &bad), EINVAL);
 	wr.opcode = IBV_WR_SEND;
@@ -411,15 +399,7 @@ static void test_unsupported_is_eopnotsupp(void **state)
 	struct ibv_qp *qp = fix_qp(f, IBV_QPT_UD);
 	assert_int_equal(ibv_attach_mcast(qp, &g, 0), EOPNOTSUPP);
 	/* Opcodes of later features are refused at post time. */
-	struct ibv_qp_attr a;
-	fix_valid_attr(f, qp, &a);
-	a.qp_state = IBV_QPS_INIT;
-	assert_int_equal(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-				       IBV_QP_QKEY), 0);
-	a.qp_state = IBV_QPS_RTR;
-	assert_int_equal(ibv_modify_qp(qp, &a, IBV_QP_STATE), 0);
-	a.qp_state = IBV_QPS_RTS;
-	assert_int_equal(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN), 0);
+	fix_walk(f, qp, IBV_QPS_RTS);
 	struct ibv_send_wr wr = { .opcode = IBV_WR_BIND_MW }, *bad = NULL;
 	assert_int_equal(ibv_post_send(qp, &wr, &bad), EOPNOTSUPP);
 	assert_ptr_equal(bad, &wr);

@@ -8,6 +8,7 @@ pkgs=(
 	libcmocka-dev    # unit tests
 	ibverbs-utils perftest qperf rdmacm-utils  # real clients for the integration tests
 	rdma-core python3-pyverbs                  # rdma-core's own conformance suite
+	ucx-utils gnuplot-nox                      # bench/: the UCX peer, and the plots
 )
 missing=()
 for p in "${pkgs[@]}"; do

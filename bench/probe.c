@@ -1,0 +1,220 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The machine's limits, measured the way bench/run.py compares against:
+ *
+ *   sv_probe pingpong N     cache-line hand-off between two processes
+ *                           (fork, shared mapping, one line each way),
+ *                           one-way ns over the best 10k-round-trip batch
+ *   sv_probe cma SIZE N     process_vm_writev of SIZE bytes into a child,
+ *                           ns per call and GB/s
+ *   sv_probe memcpy SIZE N  memcpy of SIZE bytes, GB/s
+ *   sv_probe qpmem N        /dev/shm bytes a softverbs context spends per
+ *                           idle RC QP of depth 1, above its queues
+ *   sv_probe rss CMD ...    runs CMD and prints its peak RSS on stderr;
+ *                           a small launcher, because a process's maxrss
+ *                           keeps the high-water mark of whatever forked it
+ *                           (a Python harness's, say) across exec
+ *
+ * Each prints key=value lines.  The ping-pong also tells bench/run.py
+ * which of the host's two core placements ("regimes") a run was in.
+ */
+#define _GNU_SOURCE
+#include <infiniband/verbs.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <dirent.h>
+
+static double now_ns(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
+}
+
+static void pin(int cpu)
+{
+	cpu_set_t s;
+
+	CPU_ZERO(&s);
+	CPU_SET(cpu % (int)sysconf(_SC_NPROCESSORS_ONLN), &s);
+	sched_setaffinity(0, sizeof(s), &s);
+}
+
+static int pingpong(long n)
+{
+	struct lines { _Alignas(64) _Atomic long ping; _Alignas(64) _Atomic long pong; } *l;
+	const long batch = 10000;
+	double best = 1e18;
+
+	l = mmap(NULL, sizeof(*l), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	memset(l, 0, sizeof(*l));
+	pid_t pid = fork();
+	if (!pid) {
+		pin(1);
+		for (long i = 1; i <= n; i++) {
+			while (atomic_load_explicit(&l->ping, memory_order_acquire) != i)
+				;
+			atomic_store_explicit(&l->pong, i, memory_order_release);
+		}
+		_exit(0);
+	}
+	pin(0);
+	for (long i = 1; i <= n;) {
+		double t0 = now_ns();
+		long end = i + batch > n + 1 ? n + 1 : i + batch;
+		for (; i < end; i++) {
+			atomic_store_explicit(&l->ping, i, memory_order_release);
+			while (atomic_load_explicit(&l->pong, memory_order_acquire) != i)
+				;
+		}
+		double one_way = (now_ns() - t0) / (double)batch / 2;
+		if (one_way < best)
+			best = one_way;
+	}
+	waitpid(pid, NULL, 0);
+	printf("pingpong_oneway_ns=%.1f\n", best);
+	/* The two placements measured on this kind of machine: ~76 ns
+	 * ("near") and ~300 ns ("far"); the threshold sits between. */
+	printf("regime=%s\n", best < 150 ? "near" : "far");
+	return 0;
+}
+
+static int cma(size_t size, long n)
+{
+	char *buf = aligned_alloc(4096, size);
+	int up[2], down[2];	/* child -> parent, parent -> child */
+
+	memset(buf, 1, size);
+	if (pipe(up) || pipe(down))
+		return 1;
+	pid_t pid = fork();
+	if (!pid) {
+		char *dst = aligned_alloc(4096, size), c;
+		memset(dst, 0, size);
+		if (write(up[1], &dst, sizeof(dst)) != sizeof(dst))
+			_exit(1);
+		if (read(down[0], &c, 1) < 0)
+			_exit(1);
+		_exit(0);
+	}
+	char *remote;
+	if (read(up[0], &remote, sizeof(remote)) != sizeof(remote))
+		return 1;
+	struct iovec l = { buf, size }, r = { remote, size };
+	double t0 = now_ns();
+	for (long i = 0; i < n; i++)
+		if (process_vm_writev(pid, &l, 1, &r, 1, 0) != (ssize_t)size)
+			return perror("process_vm_writev"), 1;
+	double per = (now_ns() - t0) / (double)n;
+	if (write(down[1], "x", 1) != 1)
+		return 1;
+	waitpid(pid, NULL, 0);
+	printf("cma_size=%zu\ncma_ns_per_call=%.1f\ncma_gbps=%.2f\n", size, per, (double)size / per);
+	return 0;
+}
+
+static int mcpy(size_t size, long n)
+{
+	char *a = aligned_alloc(4096, size), *b = aligned_alloc(4096, size);
+
+	memset(a, 1, size);
+	memset(b, 2, size);
+	double t0 = now_ns();
+	for (long i = 0; i < n; i++) {
+		memcpy(b, a, size);
+		__asm__ volatile("" ::: "memory");
+	}
+	double per = (now_ns() - t0) / (double)n;
+	printf("memcpy_size=%zu\nmemcpy_gbps=%.2f\n", size, (double)size / per);
+	return 0;
+}
+
+/* Allocated /dev/shm bytes of this process's softverbs segments. */
+static long long seg_bytes(void)
+{
+	char prefix[64];
+	long long sum = 0;
+	struct dirent *d;
+	DIR *dir = opendir("/dev/shm");
+
+	snprintf(prefix, sizeof(prefix), "softverbs-%u-seg-%d-", (unsigned)getuid(), (int)getpid());
+	while (dir && (d = readdir(dir))) {
+		char path[512];
+		struct stat st;
+		if (strncmp(d->d_name, prefix, strlen(prefix)))
+			continue;
+		snprintf(path, sizeof(path), "/dev/shm/%s", d->d_name);
+		if (!stat(path, &st))
+			sum += (long long)st.st_blocks * 512;
+	}
+	if (dir)
+		closedir(dir);
+	return sum;
+}
+
+static int qpmem(long n)
+{
+	struct ibv_device **l = ibv_get_device_list(NULL);
+	struct ibv_context *ctx = l && l[0] ? ibv_open_device(l[0]) : NULL;
+
+	if (!ctx)
+		return fprintf(stderr, "sv_probe: no softverbs device\n"), 1;
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	struct ibv_cq *cq = ibv_create_cq(ctx, 1, NULL, NULL, 0);
+	long long before = seg_bytes();
+	for (long i = 0; i < n; i++) {
+		struct ibv_qp_init_attr ia = { .send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+					       .cap = { 1, 1, 1, 1, 0 } };
+		if (!ibv_create_qp(pd, &ia))
+			return perror("ibv_create_qp"), 1;
+	}
+	long long after = seg_bytes();
+	printf("qps=%ld\nshm_bytes_per_idle_qp=%.0f\n", n, (double)(after - before) / (double)n);
+	ibv_close_device(ctx);
+	ibv_free_device_list(l);
+	return 0;
+}
+
+static int rss(char **argv)
+{
+	struct rusage ru;
+	int status;
+	pid_t pid = fork();
+
+	if (!pid) {
+		execvp(argv[0], argv);
+		_exit(127);
+	}
+	if (wait4(pid, &status, 0, &ru) != pid)
+		return 1;
+	fprintf(stderr, "sv_probe_peak_rss_kib=%ld\n", ru.ru_maxrss);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc >= 3 && !strcmp(argv[1], "rss"))
+		return rss(argv + 2);
+	if (argc >= 3 && !strcmp(argv[1], "pingpong"))
+		return pingpong(atol(argv[2]));
+	if (argc >= 4 && !strcmp(argv[1], "cma"))
+		return cma((size_t)atol(argv[2]), atol(argv[3]));
+	if (argc >= 4 && !strcmp(argv[1], "memcpy"))
+		return mcpy((size_t)atol(argv[2]), atol(argv[3]));
+	if (argc >= 3 && !strcmp(argv[1], "qpmem"))
+		return qpmem(atol(argv[2]));
+	fprintf(stderr, "usage: sv_probe pingpong N | cma SIZE N | memcpy SIZE N | qpmem N | rss CMD...\n");
+	return 2;
+}

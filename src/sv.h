@@ -61,6 +61,7 @@ struct sv_config {
 
 const struct sv_config *sv_config(void);
 uint64_t sv_host_hash(void);
+int32_t sv_pid(void);	/* getpid() without the system call */
 
 /* ------------------------------------------------------------------ */
 /* core/log.c: leveled logs and explain mode, stderr only              */

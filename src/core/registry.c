@@ -308,7 +308,7 @@ uint16_t sv_reg_lid(unsigned dev)
 
 int sv_reg_ep_attach(unsigned dev_index, uint32_t *out)
 {
-	int32_t pid = getpid();
+	int32_t pid = sv_pid();
 	uint64_t st = sv_proc_start_time(pid);
 	int ret = sv_reg_open();
 

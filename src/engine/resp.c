@@ -19,7 +19,7 @@
 /* The direct path applies between processes, unless a path is forced. */
 static bool try_direct(const struct sv_target *t)
 {
-	return t->pid != getpid() && sv_config()->copy == SV_COPY_AUTO;
+	return t->pid != sv_pid() && sv_config()->copy == SV_COPY_AUTO;
 }
 
 enum sv_result sv_resp_find(struct sv_qp *qp, uint32_t qpn, struct sv_target *t)

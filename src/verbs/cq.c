@@ -232,6 +232,13 @@ static int check_cq_attr(struct ibv_context *ctx, const struct ibv_cq_init_attr_
 	return 0;
 }
 
+/* Where a CQ's first ring sits: right after its header, in one block.
+ * A resize moves the ring out of it (ibv_resize_cq). */
+static uint64_t first_ring_off(uint64_t cq_off)
+{
+	return (cq_off + sizeof(struct shm_cq) + SHM_ALIGN - 1) & ~(uint64_t)(SHM_ALIGN - 1);
+}
+
 /* The CQ header and its ring, in the context's segment. */
 static bool cq_alloc_ring(struct sv_context *c, struct sv_cq *cq, uint32_t cqe)
 {
@@ -243,7 +250,7 @@ static bool cq_alloc_ring(struct sv_context *c, struct sv_cq *cq, uint32_t cqe)
 	struct shm_cq *q = shm_at(c->seg.h, off);
 	sv_shm_mutex_init(&q->lock);
 	q->size = cqe;
-	q->ring_off = (off + sizeof(*q) + SHM_ALIGN - 1) & ~(uint64_t)(SHM_ALIGN - 1);
+	q->ring_off = first_ring_off(off);
 	cq->sh = q;
 	cq->sh_off = off;
 	cq->sh_bytes = bytes;
@@ -400,7 +407,7 @@ SV_EXPORT int ibv_resize_cq(struct ibv_cq *ibcq, int cqe)
 	ibcq->cqe = cqe;
 	sv_shm_unlock(&q->lock);
 	/* The first ring is part of the CQ's own block; later ones are not. */
-	if (old_off != ((cq->sh_off + sizeof(*q) + SHM_ALIGN - 1) & ~(uint64_t)(SHM_ALIGN - 1)))
+	if (old_off != first_ring_off(cq->sh_off))
 		sv_seg_free(&cq->ctx->seg, old_off, old_bytes);
 	return 0;
 }
@@ -424,7 +431,7 @@ static void cq_free(struct sv_cq *cq)
 			break;
 		}
 	pthread_mutex_unlock(&c->lock);
-	if (cq->sh->ring_off != ((cq->sh_off + sizeof(*cq->sh) + SHM_ALIGN - 1) & ~(uint64_t)(SHM_ALIGN - 1)))
+	if (cq->sh->ring_off != first_ring_off(cq->sh_off))
 		sv_seg_free(&c->seg, cq->sh->ring_off, (uint64_t)cq->sh->size * sizeof(struct shm_cqe));
 	sv_seg_free(&c->seg, cq->sh_off, cq->sh_bytes);
 	atomic_fetch_sub(&c->ncq, 1);

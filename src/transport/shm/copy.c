@@ -88,7 +88,7 @@ static int cma(bool write, int32_t pid, const struct iovec *l, int nl, const str
  * where memcpy would crash the process. */
 static bool plain_memcpy(int32_t pid)
 {
-	return pid == getpid() && !atomic_load_explicit(&sv_odp_mrs, memory_order_relaxed);
+	return pid == sv_pid() && !atomic_load_explicit(&sv_odp_mrs, memory_order_relaxed);
 }
 
 /* ---- the bounce path ---- */
@@ -244,14 +244,14 @@ static int move(bool write, struct shm_hdr *t, struct shm_hdr *own, const struct
 	/* The bounce path needs the target's progress thread; a process's
 	 * own memory (ODP) always goes through the kernel. */
 	int err;
-	if (mode == SV_COPY_BOUNCE && t->pid != getpid() && own) {
+	if (mode == SV_COPY_BOUNCE && t->pid != sv_pid() && own) {
 		err = bounce(t, own, write, l, nl, r, nr);
 		if (!err)
 			count(own, SV_PATH_BOUNCE, l, nl);
 		return err;
 	}
 	err = cma(write, t->pid, l, nl, r, nr);
-	if ((err == EPERM || err == ENOSYS) && mode == SV_COPY_AUTO && t->pid != getpid() && own) {
+	if ((err == EPERM || err == ENOSYS) && mode == SV_COPY_AUTO && t->pid != sv_pid() && own) {
 		sv_dbg("CMA into pid %d refused (%s); using the bounce path", (int)t->pid,
 		       sv_errno_name(err));
 		err = bounce(t, own, write, l, nl, r, nr);

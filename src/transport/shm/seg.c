@@ -80,7 +80,7 @@ int sv_seg_create(struct sv_seg *s, uint32_t ep)
 	int fd, ret;
 
 	memset(s, 0, sizeof(*s));
-	sv_seg_name(name, sizeof(name), getpid(), ep);
+	sv_seg_name(name, sizeof(name), sv_pid(), ep);
 	fd = open(name, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return errno;
@@ -100,7 +100,7 @@ int sv_seg_create(struct sv_seg *s, uint32_t ep)
 	s->fd = fd;
 	struct shm_hdr *h = m;
 	h->size = SHM_SEG_SIZE;
-	h->pid = getpid();
+	h->pid = sv_pid();
 	h->ep = ep;
 	s->heap_end = shm_layout(h);
 	sv_shm_mutex_init(&h->atomic_lock);
@@ -321,7 +321,7 @@ struct shm_hdr *sv_seg_peer(uint32_t ep, int32_t pid, uint64_t start_time)
 	char name[128];
 
 	pthread_mutex_lock(&peers_lock);
-	if (pid == getpid()) {
+	if (pid == sv_pid()) {
 		for (size_t i = 0; i < SV_ARRAY_SIZE(local_segs); i++)
 			if (local_segs[i] && local_segs[i]->ep == ep)
 				h = local_segs[i];

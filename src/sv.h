@@ -27,6 +27,16 @@
 #define SV_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define SV_PRINTF(f, a) __attribute__((format(printf, f, a)))
 
+/* Removes obj from a singly linked list chained through `next`. */
+#define SV_LIST_DEL(headp, obj)						\
+	do {								\
+		for (__typeof__(obj) *p_ = (headp); *p_; p_ = &(*p_)->next)	\
+			if (*p_ == (obj)) {				\
+				*p_ = (obj)->next;			\
+				break;					\
+			}						\
+	} while (0)
+
 /* Not in the installed headers: rdma-core 44 libibverbs/driver.h:130. */
 enum ibv_gid_type_sysfs {
 	IBV_GID_TYPE_SYSFS_IB_ROCE_V1,
@@ -102,7 +112,6 @@ bool sv_obj_del(const void *obj, enum sv_obj_type type);
 /* Calls fn for every live object of ctx with the given type. */
 void sv_obj_foreach(struct ibv_context *ctx, enum sv_obj_type type,
 		    void (*fn)(void *obj, void *arg), void *arg);
-const char *sv_obj_type_name(enum sv_obj_type type);
 
 /* ------------------------------------------------------------------ */
 /* core/keys.c: index + key-byte tables (lkey/rkey)                    */
@@ -187,10 +196,8 @@ struct sv_qp_transition_error {
 	int extra;		/* bits neither required nor optional */
 	int required, optional;	/* of the transition, when it is legal */
 	bool illegal;		/* no such transition for this QP type */
-	bool bad_cur_state;	/* IBV_QP_CUR_STATE disagrees */
 };
 
-bool sv_qp_type_known(enum ibv_qp_type type);
 int sv_qp_transition_check(enum ibv_qp_type type, enum ibv_qp_state cur,
 			   enum ibv_qp_state next, int mask,
 			   struct sv_qp_transition_error *why);
@@ -361,14 +368,12 @@ struct sv_qp {
 	bool rnr_waiting;		/* head WQE waits for an RNR timer */
 	struct sv_qp *next;		/* context's list, under ctx->lock */
 	bool has_ex;			/* created with SEND_OPS_FLAGS */
-	uint64_t send_ops_flags;
 	struct sv_pd *pd;
 	struct sv_cq *scq, *rcq;
 	struct sv_srq *srq;
 	struct ibv_qp_cap cap;
 	int sq_sig_all;
 	struct ibv_qp_attr attr;	/* everything modify_qp has set */
-	int attr_set;			/* the mask of attr fields ever set */
 	pthread_mutex_t lock;
 	uint32_t events_reported;
 	int wr_err;			/* ibv_wr_* batch: first error */
@@ -462,7 +467,6 @@ void sv_qp_sync(struct sv_qp *qp);
 
 /* verbs/device.c */
 struct sv_device *sv_device_get(struct ibv_device *d);
-struct sv_device *sv_device_by_name(const char *name);
 int sv_device_count(void);
 struct sv_device *sv_device_at(int i);
 void sv_port_attr(const struct sv_device *dev, struct ibv_port_attr *pa);
@@ -518,7 +522,6 @@ void sv_channel_release(struct sv_channel *ch);
 struct ibv_srq *sv_create_srq_ex(struct ibv_context *ctx, struct ibv_srq_init_attr_ex *attr);
 int sv_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 int sv_wq_post(struct shm_hdr *h, struct shm_wq *wq, const struct ibv_recv_wr *wr, const char **why);
-int sv_get_srq_num(struct ibv_srq *srq, uint32_t *num);
 void sv_srq_release(struct sv_srq *srq);
 
 /* verbs/qp.c */

@@ -136,14 +136,3 @@ void sv_obj_foreach(struct ibv_context *ctx, enum sv_obj_type type,
 		fn(objs[i], arg);
 	free(objs);
 }
-
-const char *sv_obj_type_name(enum sv_obj_type type)
-{
-	static const char *const names[] = {
-		[SV_OBJ_CONTEXT] = "context", [SV_OBJ_PD] = "PD", [SV_OBJ_MR] = "MR",
-		[SV_OBJ_CQ] = "CQ", [SV_OBJ_CHANNEL] = "completion channel",
-		[SV_OBJ_SRQ] = "SRQ", [SV_OBJ_QP] = "QP", [SV_OBJ_AH] = "AH",
-		[SV_OBJ_TD] = "thread domain",
-	};
-	return (unsigned)type < SV_ARRAY_SIZE(names) && names[type] ? names[type] : "object";
-}

@@ -30,11 +30,6 @@ static int qpt_index(enum ibv_qp_type t)
 	}
 }
 
-bool sv_qp_type_known(enum ibv_qp_type t)
-{
-	return qpt_index(t) >= 0;
-}
-
 struct transition {
 	bool valid;
 	int req[T_NUM];

@@ -193,14 +193,16 @@ enum sv_result sv_resp_recv_iov(struct sv_target *t, const struct shm_rwqe *w, s
 		*cap += s->length;
 	}
 	/* All of the buffer mapped here, or none of it. */
+	void *local[SV_MAX_SGE];
 	t->mapped = try_direct(t);
-	for (uint32_t i = 0; i < w->num_sge && t->mapped; i++)
-		t->mapped = !w->sge[i].length ||
-			    sv_direct_map(t->seg, held[i], (uintptr_t)iov[i].iov_base, w->sge[i].length);
+	for (uint32_t i = 0; i < w->num_sge && t->mapped; i++) {
+		local[i] = w->sge[i].length ? sv_direct_map(t->seg, held[i], (uintptr_t)iov[i].iov_base,
+							     w->sge[i].length) : NULL;
+		t->mapped = !w->sge[i].length || local[i];
+	}
 	for (uint32_t i = 0; i < w->num_sge && t->mapped; i++)
 		if (w->sge[i].length)
-			iov[i].iov_base = sv_direct_map(t->seg, held[i], (uintptr_t)iov[i].iov_base,
-							w->sge[i].length);
+			iov[i].iov_base = local[i];
 	return SV_R_OK;
 }
 

@@ -425,11 +425,7 @@ static void cq_free(struct sv_cq *cq)
 	}
 	struct sv_context *c = cq->ctx;
 	pthread_mutex_lock(&c->lock);
-	for (struct sv_cq **p = &c->cqs; *p; p = &(*p)->next)
-		if (*p == cq) {
-			*p = cq->next;
-			break;
-		}
+	SV_LIST_DEL(&c->cqs, cq);
 	pthread_mutex_unlock(&c->lock);
 	if (cq->sh->ring_off != first_ring_off(cq->sh_off))
 		sv_seg_free(&c->seg, cq->sh->ring_off, (uint64_t)cq->sh->size * sizeof(struct shm_cqe));

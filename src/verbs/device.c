@@ -117,15 +117,6 @@ struct sv_device *sv_device_get(struct ibv_device *d)
 	return NULL;
 }
 
-struct sv_device *sv_device_by_name(const char *name)
-{
-	ensure_devices();
-	for (int i = 0; i < ndevices; i++)
-		if (!strcmp(name, devices[i].ibdev.name))
-			return &devices[i];
-	return NULL;
-}
-
 bool sv_port_needs_grh(const struct sv_device *dev)
 {
 	(void)dev;

@@ -182,7 +182,6 @@ struct ibv_qp *sv_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_
 	qp->sq_sig_all = a->sq_sig_all;
 	qp->cap = a->cap;
 	if (a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) {
-		qp->send_ops_flags = a->send_ops_flags;
 		sv_wr_install(qp);
 	}
 	/* The actual capacities are reported back, as every provider does:
@@ -310,16 +309,12 @@ static int check_values(struct sv_qp *qp, const struct ibv_qp_attr *a, int mask,
 }
 
 static int explain_transition(struct sv_qp *qp, enum ibv_qp_state cur, enum ibv_qp_state next,
-			      int mask, const struct sv_qp_transition_error *w)
+			      const struct sv_qp_transition_error *w)
 {
 	enum ibv_qp_type t = qp->ex.qp_base.qp_type;
 	char b1[512], b2[512];
 	uint32_t qpn = qp->ex.qp_base.qp_num;
 
-	if (w->bad_cur_state)
-		return sv_fail(EINVAL, "ibv_modify_qp", "qpn 0x%x: cur_qp_state says %s but the QP is "
-			       "in %s; drop IBV_QP_CUR_STATE or fix it", qpn,
-			       sv_qp_state_name((enum ibv_qp_state)w->required), sv_qp_state_name(cur));
 	if (w->illegal) {
 		int hop = sv_qp_next_hop(t, cur, next);
 		if (hop >= 0)
@@ -346,7 +341,6 @@ static int explain_transition(struct sv_qp *qp, enum ibv_qp_state cur, enum ibv_
 			       sv_qp_state_name(cur), sv_qp_state_name(next),
 			       sv_qp_mask_str(w->missing, b1, sizeof(b1)),
 			       sv_qp_mask_str(w->required | IBV_QP_STATE, b2, sizeof(b2)));
-	(void)mask;
 	return sv_fail(EINVAL, "ibv_modify_qp", "qpn 0x%x %s %s->%s rejected: %s not allowed in this "
 		       "transition (optional here: %s)", qpn, sv_qp_type_name(t),
 		       sv_qp_state_name(cur), sv_qp_state_name(next),
@@ -383,7 +377,6 @@ static void apply_attrs(struct sv_qp *qp, const struct ibv_qp_attr *a, int mask)
 	if (mask & IBV_QP_MAX_DEST_RD_ATOMIC) s->max_dest_rd_atomic = a->max_dest_rd_atomic;
 	if (mask & IBV_QP_PATH_MIG_STATE) s->path_mig_state = a->path_mig_state;
 	if (mask & IBV_QP_DEST_QPN) s->dest_qp_num = a->dest_qp_num;
-	qp->attr_set |= mask;
 }
 
 /* Side effects of entering a state (IBA 10.3.1, 11.6.3). */
@@ -397,7 +390,6 @@ static void enter_state(struct sv_qp *qp, enum ibv_qp_state cur, enum ibv_qp_sta
 		/* RESET forgets every attribute and discards both queues
 		 * without completions (IBA 10.3.1.1). */
 		memset(&qp->attr, 0, sizeof(qp->attr));
-		qp->attr_set = 0;
 		pthread_mutex_lock(&qp->sq_lock);
 		qp->sq_count = 0;
 		qp->rnr_waiting = false;
@@ -491,15 +483,14 @@ SV_EXPORT int ibv_modify_qp(struct ibv_qp *ib, struct ibv_qp_attr *attr, int mas
 	enum ibv_qp_state next = mask & IBV_QP_STATE ? attr->qp_state : cur;
 
 	if ((mask & IBV_QP_CUR_STATE) && attr->cur_qp_state != cur) {
-		memset(&why, 0, sizeof(why));
-		why.bad_cur_state = true;
-		why.required = (int)attr->cur_qp_state;
-		ret = explain_transition(qp, cur, next, mask, &why);
+		ret = sv_fail(EINVAL, "ibv_modify_qp", "qpn 0x%x: cur_qp_state says %s but the QP is "
+			      "in %s; drop IBV_QP_CUR_STATE or fix it", ib->qp_num,
+			      sv_qp_state_name(attr->cur_qp_state), sv_qp_state_name(cur));
 		goto out;
 	}
 	ret = sv_qp_transition_check(ib->qp_type, cur, next, mask, &why);
 	if (ret) {
-		explain_transition(qp, cur, next, mask, &why);
+		explain_transition(qp, cur, next, &why);
 		goto out;
 	}
 	ret = check_values(qp, attr, mask, &ve);
@@ -587,11 +578,7 @@ static void qp_free(struct sv_qp *qp)
 	sv_seg_publish_qp(c->seg.h, ib->qp_num, 0);
 	atomic_store(&qp->sh->state, IBV_QPS_RESET);
 	pthread_mutex_lock(&c->lock);
-	for (struct sv_qp **p = &c->qps; *p; p = &(*p)->next)
-		if (*p == qp) {
-			*p = qp->next;
-			break;
-		}
+	SV_LIST_DEL(&c->qps, qp);
 	pthread_mutex_unlock(&c->lock);
 	qp_free_queues(qp);
 	sv_reg_qpn_free(ib->qp_num);

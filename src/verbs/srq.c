@@ -207,11 +207,7 @@ static void srq_free(struct sv_srq *srq)
 	struct sv_context *c = sv_ctx(srq->ibsrq.context);
 
 	pthread_mutex_lock(&c->lock);
-	for (struct sv_srq **p = &c->srqs; *p; p = &(*p)->next)
-		if (*p == srq) {
-			*p = srq->next;
-			break;
-		}
+	SV_LIST_DEL(&c->srqs, srq);
 	pthread_mutex_unlock(&c->lock);
 	if (srq->wq->wqe_off != sv_seg_wq_slots(srq->wq_off))
 		sv_seg_free(&c->seg, srq->wq->wqe_off, (uint64_t)srq->wq->size * srq->wq->stride);

@@ -102,7 +102,7 @@ int sv_parse_log_level(const char *s);
  */
 enum sv_obj_type {
 	SV_OBJ_CONTEXT = 1, SV_OBJ_PD, SV_OBJ_MR, SV_OBJ_CQ, SV_OBJ_CHANNEL,
-	SV_OBJ_SRQ, SV_OBJ_QP, SV_OBJ_AH, SV_OBJ_TD,
+	SV_OBJ_SRQ, SV_OBJ_QP, SV_OBJ_AH, SV_OBJ_TD, SV_OBJ_MW, SV_OBJ_DM, SV_OBJ_XRCD,
 };
 
 int sv_obj_add(void *obj, enum sv_obj_type type, struct ibv_context *ctx);
@@ -125,6 +125,7 @@ struct sv_key_slot {
 	void *obj;
 	uint32_t next_free;
 	uint8_t key;
+	uint8_t kind;			/* enum shm_mr_kind: MRs and MWs share keys */
 };
 
 struct sv_keytab {
@@ -137,9 +138,13 @@ struct sv_keytab {
 int sv_keytab_init(struct sv_keytab *t, uint32_t max);
 void sv_keytab_destroy(struct sv_keytab *t);
 /* Returns 0 and the new key, or ENOMEM when the table is full. */
-int sv_keytab_alloc(struct sv_keytab *t, void *obj, uint32_t *key);
+int sv_keytab_alloc(struct sv_keytab *t, void *obj, uint8_t kind, uint32_t *key);
 void sv_keytab_free(struct sv_keytab *t, uint32_t key);
-void *sv_keytab_lookup(struct sv_keytab *t, uint32_t key);
+/* The object behind key when it is live and of this kind, else NULL. */
+void *sv_keytab_lookup(struct sv_keytab *t, uint32_t key, uint8_t kind);
+/* Moves a live key to new_key, which must keep its index (a memory
+ * window's rkey changes on every bind); 0 or EINVAL. */
+int sv_keytab_rekey(struct sv_keytab *t, uint32_t key, uint32_t new_key);
 
 /* ------------------------------------------------------------------ */
 /* core/registry.c: the host registry in /dev/shm                      */
@@ -304,6 +309,14 @@ struct sv_mr {
 	uint64_t share_off;		/* struct shm_share in the segment, or 0 */
 };
 
+/* A memory window (IBA 10.6.7).  Its rkey, range and rights live in the
+ * context's shared key table, where initiators check them. */
+struct sv_mw {
+	struct ibv_mw ibmw;
+	struct sv_pd *pd;
+	uint32_t key;			/* what the key table holds: the last bound rkey */
+};
+
 struct sv_channel {
 	struct ibv_comp_channel ibch;	/* ibch.refcnt counts attached CQs */
 	struct sv_evq q;
@@ -338,7 +351,7 @@ struct sv_srq {
 struct sv_swqe {
 	uint64_t wr_id;
 	uint32_t opcode, send_flags;
-	uint32_t imm;			/* big endian, as posted */
+	uint32_t imm;			/* big endian, as posted; or the rkey to invalidate */
 	uint32_t num_sge;
 	uint32_t inline_len;
 	uint32_t rkey;
@@ -349,6 +362,8 @@ struct sv_swqe {
 	int rnr_left;			/* RNR retries left; -1 = infinite */
 	int retry_left;			/* transport retries left */
 	uint64_t rnr_deadline;		/* CLOCK_MONOTONIC ns of the next try */
+	struct ibv_mw *mw;		/* BIND_MW: the window, its new rkey in rkey */
+	struct ibv_mw_bind_info bind;
 	struct ibv_sge sge[];		/* num_sge entries, then inline bytes */
 };
 
@@ -396,6 +411,7 @@ static inline struct sv_context *sv_ctx(struct ibv_context *c)
 #define sv_srq(p) ((struct sv_srq *)(p))
 #define sv_qp(p)  ((struct sv_qp *)(p))
 #define sv_ah(p)  ((struct sv_ah *)(p))
+#define sv_mw(p)  ((struct sv_mw *)(p))
 
 /* transport/shm/seg.c */
 void sv_seg_name(char *buf, size_t len, int32_t pid, uint32_t ep);
@@ -506,9 +522,24 @@ void sv_pd_free(struct sv_pd *pd, void *p, bool from_app);
  * unmapped pages and go through the kernel instead of memcpy. */
 extern atomic_int sv_odp_mrs;
 int sv_mr_check_access(int access, const char **why);
+/* The shared table entry (shm.h) of an MR or MW key of this context. */
+struct shm_mr *sv_key_entry(struct ibv_context *ctx, uint32_t key);
+/* Clears an entry's key, then waits until no initiator holds it. */
+void sv_key_revoke(struct shm_mr *e, uint32_t key);
 int sv_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32_t flags,
 		 struct ibv_sge *sg, uint32_t num_sge);
 void sv_mr_release_all(struct ibv_context *ctx);
+
+/* verbs/mw.c */
+struct ibv_mw *sv_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type);
+int sv_dealloc_mw(struct ibv_mw *mw);
+int sv_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *bind);
+void sv_mw_release_all(struct ibv_context *ctx);
+/* The local operations, executed in send-queue order by the requester:
+ * 0, or -1 with the reason in why. */
+int sv_mw_exec_bind(struct sv_qp *qp, struct ibv_mw *mw, uint32_t rkey,
+		    const struct ibv_mw_bind_info *b, char *why, size_t len);
+int sv_mw_exec_local_inv(struct sv_qp *qp, uint32_t rkey, char *why, size_t len);
 
 /* verbs/cq.c */
 struct ibv_cq_ex *sv_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_attr_ex *attr);

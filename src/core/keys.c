@@ -61,7 +61,7 @@ static int grow(struct sv_keytab *t)
 	return 0;
 }
 
-int sv_keytab_alloc(struct sv_keytab *t, void *obj, uint32_t *key)
+int sv_keytab_alloc(struct sv_keytab *t, void *obj, uint8_t kind, uint32_t *key)
 {
 	int ret = 0;
 
@@ -78,6 +78,7 @@ int sv_keytab_alloc(struct sv_keytab *t, void *obj, uint32_t *key)
 		if (!t->free_head)
 			t->free_tail = 0;
 		s->obj = obj;
+		s->kind = kind;
 		t->used++;
 		*key = idx << 8 | s->key;
 	}
@@ -108,11 +109,25 @@ void sv_keytab_free(struct sv_keytab *t, uint32_t key)
 	pthread_mutex_unlock(&t->lock);
 }
 
-void *sv_keytab_lookup(struct sv_keytab *t, uint32_t key)
+void *sv_keytab_lookup(struct sv_keytab *t, uint32_t key, uint8_t kind)
 {
 	pthread_mutex_lock(&t->lock);
 	struct sv_key_slot *s = slot_of(t, key);
-	void *obj = s ? s->obj : NULL;
+	void *obj = s && s->kind == kind ? s->obj : NULL;
 	pthread_mutex_unlock(&t->lock);
 	return obj;
+}
+
+int sv_keytab_rekey(struct sv_keytab *t, uint32_t key, uint32_t new_key)
+{
+	int ret = EINVAL;
+
+	pthread_mutex_lock(&t->lock);
+	struct sv_key_slot *s = slot_of(t, key);
+	if (s && (new_key >> 8) == (key >> 8)) {
+		s->key = (uint8_t)new_key;
+		ret = 0;
+	}
+	pthread_mutex_unlock(&t->lock);
+	return ret;
 }

@@ -22,7 +22,8 @@
 	X(NAK_OP,         IBV_WC_REM_OP_ERR)     /* NAK Remote Operational Error */ \
 	X(LOC_PROT,       IBV_WC_LOC_PROT_ERR)   /* bad lkey or bounds, 10.6.3.1 */ \
 	X(LOC_LEN,        IBV_WC_LOC_LEN_ERR)    /* length beyond what the QP can send */ \
-	X(LOC_QP_OP,      IBV_WC_LOC_QP_OP_ERR)
+	X(LOC_QP_OP,      IBV_WC_LOC_QP_OP_ERR)  /* a local operation failed (rxe_req.c) */ \
+	X(MW_BIND,        IBV_WC_MW_BIND_ERR)    /* C10-72..75: the bind broke a rule */
 
 #define RESULT_ENUM(name, status) SV_R_##name,
 enum sv_result { SV_RESULTS(RESULT_ENUM) SV_R_COUNT };
@@ -47,7 +48,9 @@ enum sv_result sv_resp_find(struct sv_qp *qp, uint32_t qpn, struct sv_target *t)
  * (users) until sv_resp_mr_put(). */
 enum sv_result sv_resp_mr_get(struct sv_target *t, uint32_t rkey, uint64_t va, uint64_t len,
 			      unsigned access, struct shm_mr **mr, void **addr);
-void sv_resp_mr_put(struct shm_mr *mr);
+void sv_resp_mr_put(const struct shm_hdr *h, struct shm_mr *mr);
+/* SEND_WITH_INV at the responder: 0, or -1 with the reason in t->why. */
+int sv_resp_invalidate(struct sv_target *t, uint32_t rkey);
 /* Takes the next receive WQE of the target (its RQ or SRQ) into *wqe. */
 enum sv_result sv_resp_take_recv(struct sv_target *t, struct shm_rwqe *wqe);
 /* The responder side of a failed request: completes the receive WQE
@@ -57,7 +60,7 @@ void sv_resp_fail(struct sv_target *t, const struct shm_rwqe *wqe, enum ibv_wc_s
 /* Resolves the scatter list of a receive WQE in the target's MR table. */
 enum sv_result sv_resp_recv_iov(struct sv_target *t, const struct shm_rwqe *w, struct iovec *iov,
 				uint64_t *cap, struct shm_mr **held);
-void sv_resp_recv_put(const struct shm_rwqe *w, struct shm_mr **held);
+void sv_resp_recv_put(struct sv_target *t, const struct shm_rwqe *w, struct shm_mr **held);
 
 /* engine/req.c: send-queue slots, shared by ibv_post_send and ibv_wr_*. */
 struct sv_swqe *sv_sq_slot(struct sv_qp *qp, uint32_t i);

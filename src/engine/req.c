@@ -24,6 +24,9 @@
 enum {
 	F_SEND = 1 << 0, F_WRITE = 1 << 1, F_READ = 1 << 2, F_ATOMIC = 1 << 3,
 	F_IMM = 1 << 4, F_RECV = 1 << 5,	/* consumes a receive WQE */
+	F_INV = 1 << 6,				/* invalidates an rkey at the responder */
+	F_LOCAL = 1 << 7,			/* executed here; no packet (bind, invalidate) */
+	F_WORD = 1 << 8,			/* exactly one aligned 8-byte word */
 };
 enum { T_RC = 1 << 0, T_UC = 1 << 1, T_UD = 1 << 2 };
 
@@ -41,6 +44,12 @@ static const struct wr_info {
 	[IBV_WR_RDMA_READ] = { "RDMA_READ", F_READ, T_RC, IBV_WC_RDMA_READ },
 	[IBV_WR_ATOMIC_CMP_AND_SWP] = { "ATOMIC_CMP_AND_SWP", F_ATOMIC, T_RC, IBV_WC_COMP_SWAP },
 	[IBV_WR_ATOMIC_FETCH_AND_ADD] = { "ATOMIC_FETCH_AND_ADD", F_ATOMIC, T_RC, IBV_WC_FETCH_ADD },
+	[IBV_WR_LOCAL_INV] = { "LOCAL_INV", F_LOCAL, T_RC | T_UC, IBV_WC_LOCAL_INV },
+	[IBV_WR_BIND_MW] = { "BIND_MW", F_LOCAL, T_RC | T_UC, IBV_WC_BIND_MW },
+	[IBV_WR_SEND_WITH_INV] = { "SEND_WITH_INV", F_SEND | F_RECV | F_INV, T_RC, IBV_WC_SEND },
+	/* IBA 1.5 atomic write: an 8-byte RDMA WRITE that lands as one
+	 * store; rxe checks remote write access for it. */
+	[IBV_WR_ATOMIC_WRITE] = { "ATOMIC_WRITE", F_WRITE | F_WORD, T_RC, IBV_WC_ATOMIC_WRITE },
 };
 
 /* Why the last WQE this thread executed failed, for explain mode. */
@@ -102,8 +111,7 @@ static int check_wr(struct sv_qp *qp, const struct ibv_send_wr *wr, const char *
 				   &wr_info[wr->opcode] : NULL;
 
 	if (!wi || !wi->name) {
-		*why = "opcode is not supported yet (memory windows, invalidation, TSO, "
-		       "atomic write come later)";
+		*why = "opcode is not supported (TSO needs a raw packet QP; FLUSH is not offered)";
 		return EOPNOTSUPP;
 	}
 	if (!(wi->types & type_bit(qp->ex.qp_base.qp_type))) {
@@ -116,6 +124,14 @@ static int check_wr(struct sv_qp *qp, const struct ibv_send_wr *wr, const char *
 	}
 	if ((wi->flags & F_ATOMIC) && wr->num_sge != 1) {
 		*why = "an atomic needs exactly one 8-byte SGE for the original value";
+		return EINVAL;
+	}
+	if ((wi->flags & F_WORD) && (wr->num_sge != 1 || wr->sg_list[0].length != 8)) {
+		*why = "an atomic write carries exactly one 8-byte SGE";
+		return EINVAL;
+	}
+	if (wr->opcode == IBV_WR_BIND_MW && !sv_obj_live(wr->bind_mw.mw, SV_OBJ_MW)) {
+		*why = "bind_mw.mw is not an allocated memory window";
 		return EINVAL;
 	}
 	if ((wr->send_flags & IBV_SEND_INLINE) && !(wi->flags & (F_READ | F_ATOMIC))) {
@@ -154,6 +170,15 @@ static void queue_wr(struct sv_qp *qp, const struct ibv_send_wr *wr)
 		w->remote_qpn = wr->wr.ud.remote_qpn;
 		w->remote_qkey = wr->wr.ud.remote_qkey;
 		w->av = sv_ah(wr->wr.ud.ah)->attr;
+	}
+	if (wr->opcode == IBV_WR_BIND_MW) {
+		w->mw = wr->bind_mw.mw;
+		w->rkey = wr->bind_mw.rkey;
+		w->bind = wr->bind_mw.bind_info;
+	}
+	if (wr_info[wr->opcode].flags & F_LOCAL) {
+		qp->sq_count++;	/* no data; LOCAL_INV's rkey is in imm (a union) */
+		return;
 	}
 	if (inl) {
 		/* Inline data is copied now: the buffer may be reused as soon
@@ -239,7 +264,7 @@ static enum sv_result local_iov(struct sv_qp *qp, struct sv_swqe *w, bool write,
 		const struct ibv_sge *s = &w->sge[i];
 		if (!s->length)
 			continue;
-		struct sv_mr *mr = sv_keytab_lookup(&qp->ctx->mrs, s->lkey);
+		struct sv_mr *mr = sv_keytab_lookup(&qp->ctx->mrs, s->lkey, SHM_KIND_MR);
 		/* C10-?? (10.6.3.1): the lkey must name an MR of the QP's PD
 		 * covering the SGE, writable when the HCA writes into it. */
 		if (!mr || sv_pd_base(mr->pd) != sv_pd_base(qp->pd) || s->addr < mr->iova ||
@@ -329,7 +354,7 @@ static enum sv_result deliver_recv(struct sv_qp *qp, struct sv_swqe *w, struct s
 		/* C9-?? (9.7.4.1.7): a message longer than the receive
 		 * buffer is a local length error at the responder and an
 		 * Invalid Request NAK for the requester. */
-		sv_resp_recv_put(&rw.w, held);
+		sv_resp_recv_put(t, &rw.w, held);
 		sv_resp_fail(t, &rw.w, IBV_WC_LOC_LEN_ERR, -1);
 		snprintf(last_why, sizeof(last_why), "the message is %llu bytes but receive wr_id "
 			 "0x%llx of qpn 0x%x holds %llu", (unsigned long long)need,
@@ -349,10 +374,20 @@ static enum sv_result deliver_recv(struct sv_qp *qp, struct sv_swqe *w, struct s
 		sv_copy_mapped(qp->ctx->seg.h, true, src, ns, riov, (int)rw.w.num_sge);
 	else if (need)
 		err = sv_copy_to(t->seg, qp->ctx->seg.h, src, ns, riov, (int)rw.w.num_sge);
-	sv_resp_recv_put(&rw.w, held);
+	sv_resp_recv_put(t, &rw.w, held);
 	if (err) {
 		sv_resp_fail(t, &rw.w, IBV_WC_LOC_PROT_ERR, -1);
 		return copy_failed(err, t->pid);
+	}
+	/* SEND_WITH_INV: the responder invalidates the rkey as it completes
+	 * the message.  A key it may not invalidate fails the request with
+	 * an Invalid Request NAK and the receive WQE with REM_INV_REQ_ERR
+	 * (rxe_resp.c, RESPST_ERR_INVALIDATE_RKEY, "Class J"). */
+	bool inv = wr_info[w->opcode].flags & F_INV;
+	if (inv && sv_resp_invalidate(t, w->imm)) {
+		memcpy(last_why, t->why, sizeof(last_why));
+		sv_resp_fail(t, &rw.w, IBV_WC_REM_INV_REQ_ERR, -1);
+		return SV_R_NAK_INV_REQ;
 	}
 	struct shm_cqe e = {
 		.wr_id = rw.w.wr_id, .status = IBV_WC_SUCCESS,
@@ -362,14 +397,24 @@ static enum sv_result deliver_recv(struct sv_qp *qp, struct sv_swqe *w, struct s
 		.sl = w->av.sl, .solicited = !!(w->send_flags & IBV_SEND_SOLICITED),
 		.ts = sv_now_ns(),
 	};
-	if (wr_info[w->opcode].flags & F_IMM) {
-		e.imm = w->imm;
-		e.wc_flags |= IBV_WC_WITH_IMM;
+	if (wr_info[w->opcode].flags & (F_IMM | F_INV)) {
+		e.imm = w->imm;		/* imm_data, or invalidated_rkey */
+		e.wc_flags |= inv ? IBV_WC_WITH_INV : IBV_WC_WITH_IMM;
 	}
 	if (ud && w->av.is_global)
 		e.wc_flags |= IBV_WC_GRH;
 	sv_cq_push(t->seg, shm_at(t->seg, t->qp->rcq_off), &e);
 	return SV_R_OK;
+}
+
+/* C9-?? (9.4.5): atomics act on naturally aligned 8-byte words. */
+static bool misaligned(const struct sv_swqe *w)
+{
+	if (!(w->remote_addr & 7))
+		return false;
+	snprintf(last_why, sizeof(last_why), "remote_addr 0x%llx is not 8-byte aligned",
+		 (unsigned long long)w->remote_addr);
+	return true;
 }
 
 static enum sv_result do_atomic(struct sv_qp *qp, struct sv_swqe *w, struct sv_target *t,
@@ -381,12 +426,8 @@ static enum sv_result do_atomic(struct sv_qp *qp, struct sv_swqe *w, struct sv_t
 
 	if (len != 8)
 		return SV_R_LOC_LEN;
-	/* C9-?? (9.4.5): atomics act on naturally aligned 8-byte words. */
-	if (w->remote_addr & 7) {
-		snprintf(last_why, sizeof(last_why), "remote_addr 0x%llx is not 8-byte aligned",
-			 (unsigned long long)w->remote_addr);
+	if (misaligned(w))
 		return SV_R_NAK_INV_REQ;
-	}
 	enum sv_result r = sv_resp_mr_get(t, w->rkey, w->remote_addr, 8, IBV_ACCESS_REMOTE_ATOMIC,
 					  &mr, &addr);
 	if (r != SV_R_OK) {
@@ -414,11 +455,41 @@ static enum sv_result do_atomic(struct sv_qp *qp, struct sv_swqe *w, struct sv_t
 			err = sv_copy_to(t->seg, own, &nv, 1, &rv, 1);
 	}
 	sv_shm_unlock(&t->seg->atomic_lock);
-	sv_resp_mr_put(mr);
+	sv_resp_mr_put(t->seg, mr);
 	if (err)
 		return copy_failed(err, t->pid);
 	memcpy(liov[0].iov_base, &old, 8);
 	return SV_R_OK;
+}
+
+/* BIND_MW and LOCAL_INV act on this context's own key table; their
+ * failures are the requester's (rxe_do_local_ops). */
+static enum sv_result execute_local(struct sv_qp *qp, struct sv_swqe *w)
+{
+	if (w->opcode == IBV_WR_BIND_MW)
+		return sv_mw_exec_bind(qp, w->mw, w->rkey, &w->bind, last_why, sizeof(last_why)) ?
+		       SV_R_MW_BIND : SV_R_OK;
+	return sv_mw_exec_local_inv(qp, w->imm, last_why, sizeof(last_why)) ?
+	       SV_R_LOC_QP_OP : SV_R_OK;
+}
+
+/* One 8-byte store that no other softverbs atomic on the target can
+ * interleave with: the lock atomics take, and a single aligned store. */
+static int store_word(struct sv_qp *qp, struct sv_target *t, void *addr, const struct iovec *l)
+{
+	uint64_t v;
+	int err = 0;
+
+	memcpy(&v, l->iov_base, 8);
+	sv_shm_lock(&t->seg->atomic_lock);
+	if (t->mapped) {
+		__atomic_store_n((uint64_t *)addr, v, __ATOMIC_RELEASE);
+	} else {
+		struct iovec lv = { &v, 8 }, rv = { addr, 8 };
+		err = sv_copy_to(t->seg, qp->ctx->seg.h, &lv, 1, &rv, 1);
+	}
+	sv_shm_unlock(&t->seg->atomic_lock);
+	return err;
 }
 
 static enum sv_result execute(struct sv_qp *qp, struct sv_swqe *w)
@@ -431,6 +502,8 @@ static enum sv_result execute(struct sv_qp *qp, struct sv_swqe *w)
 	int nl;
 
 	last_why[0] = 0;
+	if (wi->flags & F_LOCAL)
+		return execute_local(qp, w);
 	enum sv_result r = local_iov(qp, w, (wi->flags & (F_READ | F_ATOMIC)) != 0, liov, &nl, &len);
 	if (r != SV_R_OK)
 		return r;
@@ -460,6 +533,10 @@ static enum sv_result execute(struct sv_qp *qp, struct sv_swqe *w)
 	if (wi->flags & F_ATOMIC)
 		return do_atomic(qp, w, &t, liov, len);
 
+	if ((wi->flags & F_WORD) && (len != 8 || nl != 1))
+		return SV_R_LOC_LEN;
+	if ((wi->flags & F_WORD) && misaligned(w))
+		return SV_R_NAK_INV_REQ;
 	struct shm_mr *mr;
 	void *addr;
 	unsigned access = wi->flags & F_READ ? IBV_ACCESS_REMOTE_READ : IBV_ACCESS_REMOTE_WRITE;
@@ -468,27 +545,28 @@ static enum sv_result execute(struct sv_qp *qp, struct sv_swqe *w)
 		memcpy(last_why, t.why, sizeof(last_why));
 		return r;
 	}
-	if (wi->flags & F_RECV) {
-		/* WRITE_WITH_IMM also consumes a receive WQE: RNR without one. */
-		struct iovec none;
-		r = deliver_recv(qp, w, &t, &none, 0, len, false);
-		if (r != SV_R_OK) {
-			sv_resp_mr_put(mr);
-			return r;
-		}
-	}
 	struct iovec rv = { addr, len };
 	struct shm_hdr *own = qp->ctx->seg.h;
 	bool read = wi->flags & F_READ;
 	int err = 0;
-	if (len && t.mapped)
+	if (wi->flags & F_WORD)
+		err = store_word(qp, &t, addr, &liov[0]);
+	else if (len && t.mapped)
 		sv_copy_mapped(own, !read, liov, nl, &rv, 1);
 	else if (len)
 		err = read ? sv_copy_from(t.seg, own, liov, nl, &rv, 1) : sv_copy_to(t.seg, own, liov, nl, &rv, 1);
-	sv_resp_mr_put(mr);
+	if (!err && (wi->flags & F_RECV)) {
+		/* WRITE_WITH_IMM also consumes a receive WQE, once its data has
+		 * landed, so that the completion never runs ahead of the data.
+		 * Without a WQE it is an RNR NAK, and the retry writes again,
+		 * as a retransmission would. */
+		struct iovec none;
+		r = deliver_recv(qp, w, &t, &none, 0, len, false);
+	}
+	sv_resp_mr_put(t.seg, mr);
 	if (err)
 		return copy_failed(err, t.pid);
-	return SV_R_OK;
+	return r;
 }
 
 /* The responder-side consequence of a NAK the requester received. */
@@ -502,7 +580,7 @@ static void responder_error(struct sv_qp *qp, struct sv_swqe *w, enum sv_result 
 	 * event: access violations and invalid requests. */
 	if (r == SV_R_NAK_ACCESS)
 		sv_resp_fail(&t, NULL, IBV_WC_SUCCESS, IBV_EVENT_QP_ACCESS_ERR);
-	else if (r == SV_R_NAK_INV_REQ && (wr_info[w->opcode].flags & F_ATOMIC))
+	else if (r == SV_R_NAK_INV_REQ && (wr_info[w->opcode].flags & (F_ATOMIC | F_WORD)))
 		sv_resp_fail(&t, NULL, IBV_WC_SUCCESS, IBV_EVENT_QP_REQ_ERR);
 }
 

@@ -67,10 +67,24 @@ static struct shm_mr *hold_mr(const struct shm_hdr *h, uint32_t key)
 	return m;
 }
 
-void sv_resp_mr_put(struct shm_mr *mr)
+static void put_entry(struct shm_mr *m)
 {
-	if (mr)
-		atomic_fetch_sub(&mr->users, 1);
+	if (m)
+		atomic_fetch_sub(&m->users, 1);
+}
+
+/* The MR a held window lies in.  Its fields are stable while the window
+ * is held: a rebind first revokes, and waits for holders. */
+static struct shm_mr *window_mr(const struct shm_hdr *h, const struct shm_mr *w)
+{
+	return &shm_mrs(h)[w->mw.mr_key >> 8];
+}
+
+void sv_resp_mr_put(const struct shm_hdr *h, struct shm_mr *mr)
+{
+	if (mr && mr->kind != SHM_KIND_MR)
+		put_entry(window_mr(h, mr));
+	put_entry(mr);
 }
 
 /* [va, va + len) inside the MR's IOVA range, without overflow. */
@@ -92,13 +106,15 @@ static void explain_rkey(struct sv_target *t, const struct shm_mr *m, uint32_t r
 
 	if (!m) {
 		const struct shm_mr *e = idx && idx < t->seg->n_mrs ? &shm_mrs(t->seg)[idx] : NULL;
+		bool win = e && e->kind != SHM_KIND_MR;
 		if (e && e->revoked_key == rkey)
-			snprintf(t->why, sizeof(t->why), "rkey 0x%x was deregistered %.3f ms ago by "
-				 "pid %d", rkey, (double)(sv_now_ns() - e->revoked_ns) / 1e6,
+			snprintf(t->why, sizeof(t->why), "%s 0x%x was %s %.3f ms ago by pid %d",
+				 win ? "window rkey" : "rkey", rkey, win ? "invalidated or rebound" :
+				 "deregistered", (double)(sv_now_ns() - e->revoked_ns) / 1e6,
 				 (int)t->seg->pid);
 		else
-			snprintf(t->why, sizeof(t->why), "rkey 0x%x is not registered in pid %d",
-				 rkey, (int)t->seg->pid);
+			snprintf(t->why, sizeof(t->why), "rkey 0x%x is not %s in pid %d", rkey,
+				 win ? "a bound window" : "registered", (int)t->seg->pid);
 	} else if (m->pd != t->qp->pd) {
 		snprintf(t->why, sizeof(t->why), "rkey 0x%x belongs to another PD than target qpn 0x%x",
 			 rkey, t->qp->qpn);
@@ -127,17 +143,32 @@ enum sv_result sv_resp_mr_get(struct sv_target *t, uint32_t rkey, uint64_t va, u
 	/* IBA 9.4.3: a zero-length RDMA carries no address to check. */
 	if (!len)
 		return SV_R_OK;
-	struct shm_mr *m = hold_mr(t->seg, rkey);
+	struct shm_mr *m = hold_mr(t->seg, rkey), *region = m;
+	if (m && m->kind != SHM_KIND_MR) {
+		/* A window: also hold its MR, whose deregistration ends the
+		 * window's access too.  A type 2 window answers only on the
+		 * QP it was bound through (IBA 10.6.7.2, type 2B). */
+		region = hold_mr(t->seg, m->mw.mr_key);
+		if (!region || (m->kind == SHM_KIND_MW2 && m->mw.qpn != t->qp->qpn)) {
+			snprintf(t->why, sizeof(t->why), region ?
+				 "window rkey 0x%x was bound through qpn 0x%x, not target qpn 0x%x" :
+				 "window rkey 0x%x lies in MR key 0x%x, which was deregistered", rkey,
+				 region ? m->mw.qpn : m->mw.mr_key, t->qp->qpn);
+			put_entry(region);
+			put_entry(m);
+			return SV_R_NAK_ACCESS;
+		}
+	}
 	/* C9-89..C9-91 (rxe check_rkey): unknown or stale key, another PD,
 	 * missing rights, or outside the region: Remote Access Error. */
 	if (!m || m->pd != t->qp->pd || (m->access & access) != access || !in_bounds(m, va, len)) {
 		explain_rkey(t, m, rkey, va, len, access);
-		sv_resp_mr_put(m);
+		sv_resp_mr_put(t->seg, m);
 		return SV_R_NAK_ACCESS;
 	}
 	*mr = m;
 	uint64_t tva = m->addr + (va - m->iova);
-	void *local = try_direct(t) ? sv_direct_map(t->seg, m, tva, len) : NULL;
+	void *local = try_direct(t) ? sv_direct_map(t->seg, region, tva, len) : NULL;
 	t->mapped = local != NULL;
 	*addr = local ? local : (void *)(uintptr_t)tva;
 	return SV_R_OK;
@@ -183,10 +214,12 @@ enum sv_result sv_resp_recv_iov(struct sv_target *t, const struct shm_rwqe *w, s
 		iov[i].iov_base = NULL;
 		if (!s->length)
 			continue;
-		/* The receiver's own lkey: local write access in its PD. */
-		if (!m || m->pd != t->qp->pd || !(m->access & IBV_ACCESS_LOCAL_WRITE) ||
+		/* The receiver's own lkey: an MR with local write access in
+		 * its PD (a window's rkey is no lkey). */
+		if (!m || m->kind != SHM_KIND_MR || m->pd != t->qp->pd ||
+		    !(m->access & IBV_ACCESS_LOCAL_WRITE) ||
 		    !in_bounds(m, s->addr, s->length)) {
-			sv_resp_recv_put(w, held);
+			sv_resp_recv_put(t, w, held);
 			return SV_R_NAK_OP;
 		}
 		iov[i].iov_base = (void *)(uintptr_t)(m->addr + (s->addr - m->iova));
@@ -206,10 +239,10 @@ enum sv_result sv_resp_recv_iov(struct sv_target *t, const struct shm_rwqe *w, s
 	return SV_R_OK;
 }
 
-void sv_resp_recv_put(const struct shm_rwqe *w, struct shm_mr **held)
+void sv_resp_recv_put(struct sv_target *t, const struct shm_rwqe *w, struct shm_mr **held)
 {
 	for (uint32_t i = 0; i < w->num_sge; i++) {
-		sv_resp_mr_put(held[i]);
+		sv_resp_mr_put(t->seg, held[i]);
 		held[i] = NULL;
 	}
 }
@@ -230,4 +263,24 @@ void sv_resp_fail(struct sv_target *t, const struct shm_rwqe *wqe, enum ibv_wc_s
 	atomic_store_explicit(&t->qp->state, IBV_QPS_ERR, memory_order_release);
 	atomic_store_explicit(&t->qp->err_pending, (uint32_t)(ev + 2), memory_order_release);
 	sv_seg_ring(t->seg);
+}
+
+int sv_resp_invalidate(struct sv_target *t, uint32_t rkey)
+{
+	uint32_t idx = rkey >> 8;
+	struct shm_mr *m = idx && idx < t->seg->n_mrs ? &shm_mrs(t->seg)[idx] : NULL;
+	uint32_t expect = rkey;
+
+	/* o10-37.2.43..: only a bound type 2 window of the target QP's PD,
+	 * through the QP it was bound to; MRs are not invalidated this way
+	 * (softverbs has no fast-registration MRs). */
+	if (!m || m->kind != SHM_KIND_MW2 || m->pd != t->qp->pd || m->mw.qpn != t->qp->qpn ||
+	    !atomic_compare_exchange_strong(&m->key, &expect, 0)) {
+		snprintf(t->why, sizeof(t->why), "SEND_WITH_INV names rkey 0x%x, which is not a type 2 "
+			 "window bound through target qpn 0x%x", rkey, t->qp->qpn);
+		return -1;
+	}
+	m->revoked_key = rkey;
+	m->revoked_ns = sv_now_ns();
+	return 0;
 }

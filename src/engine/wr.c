@@ -209,28 +209,78 @@ static void wr_set_ud_addr(struct ibv_qp_ex *qx, struct ibv_ah *ah, uint32_t rem
 	w->remote_qkey = remote_qkey;
 }
 
-/* Operations of features still to come.  Creation refuses their
- * send_ops_flags, so these are reached only by a caller ignoring that;
- * they fail the batch rather than leave a NULL to jump through. */
-static void unsupported(struct ibv_qp_ex *qx)
+static void wr_bind_mw(struct ibv_qp_ex *qx, struct ibv_mw *mw, uint32_t rkey,
+		       const struct ibv_mw_bind_info *info)
 {
+	struct sv_qp *qp = to_qp(qx);
+	struct sv_swqe *w;
+
+	if (!qp->wr_err && !sv_obj_live(mw, SV_OBJ_MW)) {
+		qp->wr_err = EINVAL;
+		return;
+	}
+	w = begin(qx, IBV_WR_BIND_MW);
+	if (w) {
+		w->mw = mw;
+		w->rkey = rkey;
+		w->bind = *info;
+	}
+}
+
+/* LOCAL_INV and SEND_WITH_INV: the rkey travels where imm_data would. */
+static void inv(struct ibv_qp_ex *qx, enum ibv_wr_opcode op, uint32_t rkey)
+{
+	struct sv_swqe *w = begin(qx, op);
+	if (w)
+		w->imm = rkey;
+}
+
+static void wr_local_inv(struct ibv_qp_ex *qx, uint32_t rkey)
+{
+	inv(qx, IBV_WR_LOCAL_INV, rkey);
+}
+
+static void wr_send_inv(struct ibv_qp_ex *qx, uint32_t rkey)
+{
+	inv(qx, IBV_WR_SEND_WITH_INV, rkey);
+}
+
+/* The 8 bytes are taken now, as inline data: the caller's buffer is free
+ * again when the call returns (rdma-core verbs.h). */
+static void wr_atomic_write(struct ibv_qp_ex *qx, uint32_t rkey, uint64_t addr, const void *v)
+{
+	struct sv_qp *qp = to_qp(qx);
+	struct sv_swqe *w = begin(qx, IBV_WR_ATOMIC_WRITE);
+
+	if (w) {
+		w->rkey = rkey;
+		w->remote_addr = addr;
+		memcpy(sv_swqe_inline(qp, w), v, 8);
+		w->inline_len = 8;
+	}
+}
+
+/* TSO needs a raw packet QP and XRC has no ibv_wr_* QP here; creation
+ * refuses their send_ops_flags, so these are reached only by a caller
+ * ignoring that, and they fail the batch rather than leave a NULL. */
+static void wr_send_tso(struct ibv_qp_ex *qx, void *hdr, uint16_t hdr_sz, uint16_t mss)
+{
+	(void)hdr; (void)hdr_sz; (void)mss;
 	to_qp(qx)->wr_err = EOPNOTSUPP;
 }
-static void wr_bind_mw(struct ibv_qp_ex *qx, struct ibv_mw *mw, uint32_t rkey,
-		       const struct ibv_mw_bind_info *info) { (void)mw; (void)rkey; (void)info; unsupported(qx); }
-static void wr_local_inv(struct ibv_qp_ex *qx, uint32_t rkey) { (void)rkey; unsupported(qx); }
-static void wr_send_inv(struct ibv_qp_ex *qx, uint32_t rkey) { (void)rkey; unsupported(qx); }
-static void wr_send_tso(struct ibv_qp_ex *qx, void *hdr, uint16_t hdr_sz, uint16_t mss)
-{ (void)hdr; (void)hdr_sz; (void)mss; unsupported(qx); }
-static void wr_set_xrc_srqn(struct ibv_qp_ex *qx, uint32_t srqn) { (void)srqn; unsupported(qx); }
-static void wr_atomic_write(struct ibv_qp_ex *qx, uint32_t rkey, uint64_t addr, const void *v)
-{ (void)rkey; (void)addr; (void)v; unsupported(qx); }
 
-#define OPS_RC (IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | \
-		IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | \
-		IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD)
+static void wr_set_xrc_srqn(struct ibv_qp_ex *qx, uint32_t srqn)
+{
+	(void)srqn;
+	to_qp(qx)->wr_err = EOPNOTSUPP;
+}
+
 #define OPS_UC (IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | \
-		IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM)
+		IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_BIND_MW | \
+		IBV_QP_EX_WITH_LOCAL_INV)
+#define OPS_RC (OPS_UC | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | \
+		IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_SEND_WITH_INV | \
+		IBV_QP_EX_WITH_ATOMIC_WRITE)
 #define OPS_UD (IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM)
 
 uint64_t sv_wr_ops_supported(enum ibv_qp_type type)

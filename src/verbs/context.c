@@ -33,6 +33,9 @@ static void set_ops(struct sv_context *c)
 	o->post_send = sv_post_send;
 	o->post_recv = sv_post_recv;
 	o->post_srq_recv = sv_post_srq_recv;
+	o->alloc_mw = sv_alloc_mw;
+	o->dealloc_mw = sv_dealloc_mw;
+	o->bind_mw = sv_bind_mw;
 
 	v->query_port = sv_query_port_op;
 	v->query_device_ex = sv_query_device_ex;
@@ -164,6 +167,7 @@ SV_EXPORT int ibv_close_device(struct ibv_context *ctx)
 	 * did not destroy is destroyed now, users before what they use. */
 	sv_obj_foreach(ctx, SV_OBJ_QP, release_qp, NULL);
 	sv_obj_foreach(ctx, SV_OBJ_AH, release_ah, NULL);
+	sv_mw_release_all(ctx);
 	sv_mr_release_all(ctx);
 	sv_obj_foreach(ctx, SV_OBJ_SRQ, release_srq, NULL);
 	sv_obj_foreach(ctx, SV_OBJ_CQ, release_cq, NULL);

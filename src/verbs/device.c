@@ -162,12 +162,13 @@ void sv_device_attr(const struct sv_device *dev, struct ibv_device_attr *a)
 	a->hw_ver = SV_HW_VER;
 	a->max_qp = SV_MAX_QP;
 	a->max_qp_wr = SV_MAX_QP_WR;
-	/* Only what softverbs really does: no MW, XRC or UD-AV enforcement
-	 * until they are implemented. */
+	/* Only what softverbs really does. */
 	a->device_cap_flags = IBV_DEVICE_BAD_PKEY_CNTR | IBV_DEVICE_BAD_QKEY_CNTR |
 			      IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SYS_IMAGE_GUID |
 			      IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SRQ_RESIZE |
-			      IBV_DEVICE_N_NOTIFY_CQ | IBV_DEVICE_CHANGE_PHY_PORT;
+			      IBV_DEVICE_N_NOTIFY_CQ | IBV_DEVICE_CHANGE_PHY_PORT |
+			      IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
+	a->max_mw = SV_MAX_MR;	/* windows and regions share the key table */
 	a->max_sge = SV_MAX_SGE;
 	a->max_sge_rd = SV_MAX_SGE_RD;
 	a->max_cq = SV_MAX_CQ;
@@ -240,7 +241,9 @@ int sv_query_device_ex(struct ibv_context *ctx, const struct ibv_query_device_ex
 	sv_device_attr(ctx_dev(ctx), &a.orig_attr);
 	a.completion_timestamp_mask = UINT64_MAX;
 	a.hca_core_clock = SV_HCA_CORE_CLOCK_KHZ;
-	a.device_cap_flags_ex = a.orig_attr.device_cap_flags;
+	/* IB_UVERBS_DEVICE_ATOMIC_WRITE, kernel uapi ib_user_verbs.h (6.2+):
+	 * newer than Debian 12's headers. */
+	a.device_cap_flags_ex = a.orig_attr.device_cap_flags | 1ull << 40;
 	/* Nothing is pinned: every transport op works on ODP memory, and
 	 * an implicit MR can span the address space. */
 	a.odp_caps.general_caps = IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT;

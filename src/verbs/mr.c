@@ -69,9 +69,14 @@ static bool range_mapped(const void *addr, size_t len)
  * waits until no initiator is between its check and the end of its copy
  * (resp.c hold_mr), so after dereg returns no peer touches the memory.
  */
+struct shm_mr *sv_key_entry(struct ibv_context *ctx, uint32_t key)
+{
+	return &shm_mrs(sv_ctx(ctx)->seg.h)[key >> 8];
+}
+
 static struct shm_mr *mr_entry(struct sv_mr *mr)
 {
-	return &shm_mrs(sv_ctx(mr->ibmr.context)->seg.h)[mr->ibmr.lkey >> 8];
+	return sv_key_entry(mr->ibmr.context, mr->ibmr.lkey);
 }
 
 static void mr_publish(struct sv_mr *mr)
@@ -83,6 +88,7 @@ static void mr_publish(struct sv_mr *mr)
 	e->iova = mr->iova;
 	e->access = (uint32_t)mr->access;
 	e->pd = sv_pd_base(mr->pd)->ibpd.handle;
+	e->kind = SHM_KIND_MR;
 	e->share_off = mr->share_off;
 	atomic_store(&e->key, mr->ibmr.lkey);
 }
@@ -99,25 +105,28 @@ static void mr_describe(struct sv_mr *mr)
 			sv_direct_describe(&c->seg, mr->ibmr.addr, mr->ibmr.length);
 }
 
-static void mr_revoke(struct sv_mr *mr)
+void sv_key_revoke(struct shm_mr *e, uint32_t key)
 {
-	struct shm_mr *e = mr_entry(mr);
 	uint64_t start = sv_now_ns();
 
-	e->revoked_key = mr->ibmr.lkey;
+	e->revoked_key = key;
 	e->revoked_ns = sv_now_ns();
 	atomic_store(&e->key, 0);
 	while (atomic_load(&e->users)) {
 		/* Holders finish one copy; only a peer that died mid-copy
 		 * could hold on, and it can no longer write. */
 		if (sv_now_ns() - start > 2000000000ull) {
-			sv_warn("MR key 0x%x: a peer still holds it after 2 s; revoking anyway",
-				mr->ibmr.lkey);
+			sv_warn("key 0x%x: a peer still holds it after 2 s; revoking anyway", key);
 			atomic_store(&e->users, 0);
 			break;
 		}
 		sched_yield();
 	}
+}
+
+static void mr_revoke(struct sv_mr *mr)
+{
+	sv_key_revoke(mr_entry(mr), mr->ibmr.lkey);
 }
 
 static int check_range(void *addr, size_t length, const char *verb)
@@ -178,7 +187,7 @@ SV_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t 
 	mr = calloc(1, sizeof(*mr));
 	if (!mr)
 		return sv_fail_null(ENOMEM, verb, "out of memory");
-	if (sv_keytab_alloc(&c->mrs, mr, &key)) {
+	if (sv_keytab_alloc(&c->mrs, mr, SHM_KIND_MR, &key)) {
 		free(mr);
 		return sv_fail_null(ENOMEM, verb, "the context has max_mr=%d MRs already", SV_MAX_MR);
 	}
@@ -319,7 +328,7 @@ int sv_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32_t f
 	if (!num_sge || !sg)
 		return sv_fail(EINVAL, verb, "no SGEs given");
 	for (uint32_t i = 0; i < num_sge; i++) {
-		struct sv_mr *mr = sv_keytab_lookup(&sv_ctx(pd->context)->mrs, sg[i].lkey);
+		struct sv_mr *mr = sv_keytab_lookup(&sv_ctx(pd->context)->mrs, sg[i].lkey, SHM_KIND_MR);
 		if (!mr || sv_pd_base(mr->pd) != sv_pd_base(sv_pd(pd)) ||
 		    !(mr->access & IBV_ACCESS_ON_DEMAND))
 			return sv_fail(EINVAL, verb, "lkey 0x%x is not an ODP MR of this PD", sg[i].lkey);

@@ -15,6 +15,8 @@
 #include <string.h>
 #include <cmocka.h>
 
+#define SV_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
 struct fix {
 	struct ibv_device **list;
 	struct ibv_context *ctx;

@@ -73,14 +73,14 @@ static void test_keys_go_stale(void **state)
 	for (int i = 0; i < 512; i++) {
 		struct ibv_mr *mr = ibv_reg_mr(f->pd, buf, sizeof(buf), LW);
 		assert_non_null(mr);
-		assert_ptr_equal(sv_keytab_lookup(&c->mrs, mr->lkey), mr);
+		assert_ptr_equal(sv_keytab_lookup(&c->mrs, mr->lkey, SHM_KIND_MR), mr);
 		seen[i] = mr->lkey;
 		assert_int_equal(ibv_dereg_mr(mr), 0);
-		assert_null(sv_keytab_lookup(&c->mrs, seen[i]));
+		assert_null(sv_keytab_lookup(&c->mrs, seen[i], SHM_KIND_MR));
 		for (int j = 0; j < i; j++)
 			assert_int_not_equal(seen[j], seen[i]);
 	}
-	assert_null(sv_keytab_lookup(&c->mrs, 0));
+	assert_null(sv_keytab_lookup(&c->mrs, 0, SHM_KIND_MR));
 }
 
 static void test_keytab_reuse_order(void **state)
@@ -91,21 +91,21 @@ static void test_keytab_reuse_order(void **state)
 	int x, y;
 
 	assert_int_equal(sv_keytab_init(&t, 4), 0);
-	assert_int_equal(sv_keytab_alloc(&t, &x, &a), 0);
-	assert_int_equal(sv_keytab_alloc(&t, &y, &b), 0);
+	assert_int_equal(sv_keytab_alloc(&t, &x, 0, &a), 0);
+	assert_int_equal(sv_keytab_alloc(&t, &y, 0, &b), 0);
 	sv_keytab_free(&t, a);
 	/* The freed slot goes to the back of the queue. */
-	assert_int_equal(sv_keytab_alloc(&t, &x, &a2), 0);
+	assert_int_equal(sv_keytab_alloc(&t, &x, 0, &a2), 0);
 	assert_int_not_equal(a2 >> 8, a >> 8);
-	assert_null(sv_keytab_lookup(&t, a));
-	assert_ptr_equal(sv_keytab_lookup(&t, b), &y);
+	assert_null(sv_keytab_lookup(&t, a, 0));
+	assert_ptr_equal(sv_keytab_lookup(&t, b, 0), &y);
 	/* Index right, key byte wrong: a miss. */
-	assert_null(sv_keytab_lookup(&t, (b & ~0xffu) | ((b + 1) & 0xff)));
+	assert_null(sv_keytab_lookup(&t, (b & ~0xffu) | ((b + 1) & 0xff), 0));
 	/* The table is bounded by its maximum. */
 	uint32_t k;
-	assert_int_equal(sv_keytab_alloc(&t, &x, &k), 0);
-	assert_int_equal(sv_keytab_alloc(&t, &x, &k), 0);
-	assert_int_equal(sv_keytab_alloc(&t, &x, &k), ENOMEM);
+	assert_int_equal(sv_keytab_alloc(&t, &x, 0, &k), 0);
+	assert_int_equal(sv_keytab_alloc(&t, &x, 0, &k), 0);
+	assert_int_equal(sv_keytab_alloc(&t, &x, 0, &k), ENOMEM);
 	sv_keytab_destroy(&t);
 }
 

@@ -29,10 +29,23 @@
 #include <stdint.h>
 
 #define SHM_MAGIC	0x4d485653u	/* "SVHM" */
-#define SHM_VERSION	1u
+#define SHM_VERSION	2u
 #define SHM_SEG_SIZE	(256ull << 20)	/* sparse: only touched pages cost memory */
 #define SHM_ALIGN	64u
 
+/* What a key table entry describes: a memory region, or a memory window
+ * of type 1 or 2 (IBA 10.6.7), which share one key space as in rxe. */
+enum shm_mr_kind { SHM_KIND_MR, SHM_KIND_MW1, SHM_KIND_MW2 };
+
+/*
+ * A window is an entry whose addr/iova/length/access are its bound range
+ * and rights; it refers to its MR by key, and an initiator using it holds
+ * both (resp.c), so deregistering the MR also ends access through every
+ * window bound to it.  Besides the owner, one writer: an initiator
+ * executing SEND_WITH_INV clears a type 2 window's key with a
+ * compare-and-swap from the rkey to 0 (seq_cst, pairing with hold_mr's
+ * loads).
+ */
 struct shm_mr {
 	_Atomic uint32_t key;		/* lkey/rkey; 0 = none.  Stored last (release). */
 	uint32_t access;
@@ -41,9 +54,17 @@ struct shm_mr {
 	uint64_t addr, length, iova;
 	/* For explanations only: the key last revoked here, and when
 	 * (CLOCK_MONOTONIC ns, which is system-wide). */
-	uint32_t revoked_key, pad;
+	uint32_t revoked_key;
+	uint8_t kind;			/* enum shm_mr_kind */
+	uint8_t pad[3];
 	uint64_t revoked_ns;
-	uint64_t share_off;		/* struct shm_share, 0 = not shareable */
+	union {
+		uint64_t share_off;	/* MR: struct shm_share, 0 = not shareable */
+		struct {
+			uint32_t mr_key;	/* the MR the window lies in */
+			uint32_t qpn;		/* type 2: the QP it was bound through */
+		} mw;
+	};
 };
 
 /* How a peer maps an MR's memory for direct load/store (direct.c). */

@@ -301,8 +301,21 @@ static inline struct sv_pd *sv_pd_base(struct sv_pd *pd)
 	return pd->parent ? pd->parent : pd;
 }
 
+/* Device memory: a block of the context's shared segment (shm.h struct
+ * shm_dm), so peers reach it by direct load/store like any shareable
+ * MR. */
+struct sv_dm {
+	struct ibv_dm ibdm;
+	char *base;			/* the data, in this context's mapping */
+	uint64_t len;
+	uint64_t block_off, block_len;	/* the segment allocation */
+	atomic_uint users;		/* MRs on it */
+	bool imported;			/* ibv_import_dm: freed by ibv_unimport_dm */
+};
+
 struct sv_mr {
 	struct ibv_mr ibmr;
+	struct sv_dm *dm;		/* ibv_reg_dm_mr: the device memory */
 	struct sv_pd *pd;
 	uint64_t iova;
 	int access;
@@ -522,6 +535,9 @@ void sv_pd_free(struct sv_pd *pd, void *p, bool from_app);
  * unmapped pages and go through the kernel instead of memcpy. */
 extern atomic_int sv_odp_mrs;
 int sv_mr_check_access(int access, const char **why);
+/* Registers [addr, +length) after the verb's own checks passed. */
+struct ibv_mr *sv_mr_new(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
+			 unsigned access, struct sv_dm *dm, const char *verb);
 /* The shared table entry (shm.h) of an MR or MW key of this context. */
 struct shm_mr *sv_key_entry(struct ibv_context *ctx, uint32_t key);
 /* Clears an entry's key, then waits until no initiator holds it. */
@@ -540,6 +556,13 @@ void sv_mw_release_all(struct ibv_context *ctx);
 int sv_mw_exec_bind(struct sv_qp *qp, struct ibv_mw *mw, uint32_t rkey,
 		    const struct ibv_mw_bind_info *b, char *why, size_t len);
 int sv_mw_exec_local_inv(struct sv_qp *qp, uint32_t rkey, char *why, size_t len);
+
+/* verbs/dm.c */
+struct ibv_dm *sv_alloc_dm(struct ibv_context *ctx, struct ibv_alloc_dm_attr *attr);
+int sv_free_dm(struct ibv_dm *dm);
+struct ibv_mr *sv_reg_dm_mr(struct ibv_pd *pd, struct ibv_dm *dm, uint64_t dm_offset,
+			    size_t length, unsigned int access);
+void sv_dm_release_all(struct ibv_context *ctx);
 
 /* verbs/cq.c */
 struct ibv_cq_ex *sv_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_attr_ex *attr);

@@ -45,6 +45,8 @@
 #define SV_MAX_SRQ		16384
 #define SV_MAX_SRQ_WR		16384
 #define SV_MAX_SRQ_SGE		32
+#define SV_MAX_DM_SIZE		(4u << 20)	/* per allocation; shared segment memory */
+#define SV_DM_MAX_LOG_ALIGN	12
 #define SV_MAX_PKEYS		1
 #define SV_LOCAL_CA_ACK_DELAY	15
 #define SV_NUM_COMP_VECTORS	1

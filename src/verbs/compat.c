@@ -238,13 +238,7 @@ SV_EXPORT struct ibv_mr *ibv_import_mr(struct ibv_pd *pd, uint32_t mr_handle)
 	return sv_fail_null(EOPNOTSUPP, "ibv_import_mr", "importing MRs is not supported yet");
 }
 
-SV_EXPORT struct ibv_dm *ibv_import_dm(struct ibv_context *ctx, uint32_t dm_handle)
-{
-	(void)ctx; (void)dm_handle;
-	return sv_fail_null(EOPNOTSUPP, "ibv_import_dm", "device memory is not supported yet");
-}
 
 /* Nothing can have been imported, so there is nothing to unimport. */
 SV_EXPORT void ibv_unimport_pd(struct ibv_pd *pd) { (void)pd; }
 SV_EXPORT void ibv_unimport_mr(struct ibv_mr *mr) { (void)mr; }
-SV_EXPORT void ibv_unimport_dm(struct ibv_dm *dm) { (void)dm; }

@@ -47,6 +47,9 @@ static void set_ops(struct sv_context *c)
 	v->alloc_td = sv_alloc_td;
 	v->dealloc_td = sv_dealloc_td;
 	v->alloc_parent_domain = sv_alloc_parent_domain;
+	v->alloc_dm = sv_alloc_dm;
+	v->free_dm = sv_free_dm;
+	v->reg_dm_mr = sv_reg_dm_mr;
 }
 
 bool sv_context_live(struct ibv_context *ctx, const char *verb)
@@ -169,6 +172,7 @@ SV_EXPORT int ibv_close_device(struct ibv_context *ctx)
 	sv_obj_foreach(ctx, SV_OBJ_AH, release_ah, NULL);
 	sv_mw_release_all(ctx);
 	sv_mr_release_all(ctx);
+	sv_dm_release_all(ctx);
 	sv_obj_foreach(ctx, SV_OBJ_SRQ, release_srq, NULL);
 	sv_obj_foreach(ctx, SV_OBJ_CQ, release_cq, NULL);
 	sv_obj_foreach(ctx, SV_OBJ_CHANNEL, release_channel, NULL);

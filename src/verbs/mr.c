@@ -161,9 +161,6 @@ SV_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t 
 					  uint64_t iova, unsigned int access)
 {
 	const char *verb = "ibv_reg_mr";
-	struct sv_context *c;
-	struct sv_mr *mr;
-	uint32_t key;
 	int ret;
 
 	if (!sv_pd_of(pd, NULL, verb))
@@ -183,7 +180,17 @@ SV_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t 
 	}
 	if (ret)
 		return NULL;
-	c = sv_ctx(pd->context);
+	return sv_mr_new(pd, addr, length, access & IBV_ACCESS_ZERO_BASED ? 0 : iova, access,
+			 NULL, verb);
+}
+
+struct ibv_mr *sv_mr_new(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
+			 unsigned access, struct sv_dm *dm, const char *verb)
+{
+	struct sv_context *c = sv_ctx(pd->context);
+	struct sv_mr *mr;
+	uint32_t key;
+
 	mr = calloc(1, sizeof(*mr));
 	if (!mr)
 		return sv_fail_null(ENOMEM, verb, "out of memory");
@@ -200,13 +207,16 @@ SV_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t 
 	mr->ibmr.rkey = key;
 	mr->pd = sv_pd(pd);
 	mr->access = (int)access;
-	mr->iova = access & IBV_ACCESS_ZERO_BASED ? 0 : iova;
+	mr->iova = iova;
+	mr->dm = dm;
 	if (sv_obj_add(mr, SV_OBJ_MR, pd->context)) {
 		sv_keytab_free(&c->mrs, key);
 		free(mr);
 		return sv_fail_null(ENOMEM, verb, "out of memory");
 	}
 	atomic_fetch_add(&mr->pd->users, 1);
+	if (dm)
+		atomic_fetch_add(&dm->users, 1);
 	if (access & IBV_ACCESS_ON_DEMAND)
 		atomic_fetch_add(&sv_odp_mrs, 1);
 	mr_describe(mr);
@@ -239,6 +249,8 @@ static void mr_free(struct sv_mr *mr)
 	mr_revoke(mr);
 	sv_keytab_free(&sv_ctx(mr->ibmr.context)->mrs, mr->ibmr.lkey);
 	atomic_fetch_sub(&mr->pd->users, 1);
+	if (mr->dm)
+		atomic_fetch_sub(&mr->dm->users, 1);
 	if (mr->access & IBV_ACCESS_ON_DEMAND)
 		atomic_fetch_sub(&sv_odp_mrs, 1);
 	if (mr->share_off)
@@ -278,6 +290,9 @@ SV_EXPORT int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd, vo
 
 	if (!sv_obj_live(ibmr, SV_OBJ_MR))
 		return sv_fail(EINVAL, verb, "MR %p is not registered", (void *)ibmr), REREG_ERR_INPUT;
+	if (mr->dm)
+		return sv_fail(EINVAL, verb, "MR key 0x%x is on device memory; register it anew "
+			       "with ibv_reg_dm_mr instead", ibmr->lkey), REREG_ERR_INPUT;
 	if (!flags || (flags & ~(IBV_REREG_MR_FLAGS_SUPPORTED)))
 		return sv_fail(EINVAL, verb, "flags 0x%x: need one or more of CHANGE_TRANSLATION, "
 			       "CHANGE_PD, CHANGE_ACCESS", (unsigned)flags), REREG_ERR_INPUT;

@@ -550,14 +550,29 @@ static void target_exit(int code)
 	_exit(code);
 }
 
+/* 0 private, 1 SysV, 2 POSIX shm: 64 MiB; 3 device memory: max_dm_size. */
+static size_t kind_size(int kind)
+{
+	return kind == 3 ? SV_MAX_DM_SIZE : BIG;
+}
+
 static void sleeping_target(int wfd, int kind)
 {
 	struct qp_opts o = rc_default;
 	struct end t;
+	struct ibv_dm *dm = NULL;
+	size_t sz = kind_size(kind);
 	char *mem;
 
 	end_open(&t, &o);
-	if (kind == 0) {
+	if (kind == 3) {
+		/* Device memory: staged here, copied in with memcpy_to_dm. */
+		struct ibv_alloc_dm_attr da = { .length = sz };
+		dm = ibv_alloc_dm(t.ctx, &da);
+		mem = malloc(sz);
+		if (!dm || !mem)
+			target_exit(9);
+	} else if (kind == 0) {
 		mem = mmap(NULL, BIG, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	} else if (kind == 1) {
 		int id = shmget(IPC_PRIVATE, BIG, IPC_CREAT | 0600);
@@ -572,11 +587,20 @@ static void sleeping_target(int wfd, int kind)
 			target_exit(3);
 		mem = mmap(NULL, BIG, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	}
-	for (size_t i = 0; i < BIG; i += 4096)
+	for (size_t i = 0; i < sz; i += 4096)
 		mem[i] = (char)(i >> 12);
-	struct ibv_mr *mr = ibv_reg_mr(t.pd, mem, BIG, ALL_ACCESS);
+	struct ibv_mr *mr;
+	if (dm) {
+		if (ibv_memcpy_to_dm(dm, 0, mem, sz))
+			target_exit(10);
+		mr = ibv_reg_dm_mr(t.pd, dm, 0, sz, ALL_ACCESS | IBV_ACCESS_ZERO_BASED);
+	} else {
+		mr = ibv_reg_mr(t.pd, mem, sz, ALL_ACCESS);
+	}
+	if (!mr)
+		target_exit(11);
 	struct exch x = { .qpn = t.qp->qp_num, .lid = t.port.lid, .gid = t.gid,
-			  .addr = (uintptr_t)mem, .rkey = mr->rkey };
+			  .addr = dm ? 0 : (uintptr_t)mem, .rkey = mr->rkey };
 	if (write(wfd, &x, sizeof(x)) != sizeof(x))
 		target_exit(4);
 	struct exch peer;
@@ -600,8 +624,10 @@ static void sleeping_target(int wfd, int kind)
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	if (sig != SIGUSR1)
 		target_exit(7);
+	if (dm && ibv_memcpy_from_dm(mem, dm, 0, sz))
+		target_exit(12);
 	/* The initiator wrote 0x5a everywhere but the last page. */
-	for (size_t i = 0; i < BIG - 4096; i += 512)
+	for (size_t i = 0; i < sz - 4096; i += 512)
 		if (mem[i] != 0x5a)
 			target_exit(8);
 	target_exit(0);
@@ -640,6 +666,7 @@ static bool cma_refused;
 
 static void one_sided_into_sleeper(int kind)
 {
+	size_t sz = kind_size(kind);
 	int sp[2];
 	struct end a;
 	struct exch x;
@@ -660,28 +687,28 @@ static void one_sided_into_sleeper(int kind)
 	peer.port.lid = x.lid;
 	connect_qp(a.qp, &peer, x.qpn, &rc_default);
 	assert_int_equal(read(sp[0], &r, 1), 1);
-	char *src = mmap(NULL, BIG, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	char *back = mmap(NULL, BIG, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	memset(src, 0x5a, BIG);
-	struct ibv_mr *ms = ibv_reg_mr(a.pd, src, BIG, ALL_ACCESS);
-	struct ibv_mr *mb = ibv_reg_mr(a.pd, back, BIG, ALL_ACCESS);
+	char *src = mmap(NULL, sz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	char *back = mmap(NULL, sz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	memset(src, 0x5a, sz);
+	struct ibv_mr *ms = ibv_reg_mr(a.pd, src, sz, ALL_ACCESS);
+	struct ibv_mr *mb = ibv_reg_mr(a.pd, back, sz, ALL_ACCESS);
 	enum sv_copy_path path = expected_path(kind, cma_refused);
 	uint64_t before = my_bytes(path);
 	/* 64 MiB WRITE, but leave the last page as the target wrote it. */
-	assert_int_equal(post(&a, IBV_WR_RDMA_WRITE, src, (uint32_t)(BIG - 4096), ms->lkey, x.addr,
+	assert_int_equal(post(&a, IBV_WR_RDMA_WRITE, src, (uint32_t)(sz - 4096), ms->lkey, x.addr,
 			      x.rkey, 1, IBV_SEND_SIGNALED), 0);
 	assert_int_equal(poll_one(a.cq).status, IBV_WC_SUCCESS);
 	/* 64 MiB READ of all of it back. */
-	assert_int_equal(post(&a, IBV_WR_RDMA_READ, back, (uint32_t)BIG, mb->lkey, x.addr, x.rkey, 2,
+	assert_int_equal(post(&a, IBV_WR_RDMA_READ, back, (uint32_t)sz, mb->lkey, x.addr, x.rkey, 2,
 			      IBV_SEND_SIGNALED), 0);
 	struct ibv_wc wc = poll_one(a.cq);
 	assert_int_equal(wc.status, IBV_WC_SUCCESS);
-	assert_int_equal(wc.byte_len, BIG);
-	assert_int_equal(memcmp(back, src, BIG - 4096), 0);
-	assert_int_equal(back[BIG - 4096], (char)((BIG - 4096) >> 12));
+	assert_int_equal(wc.byte_len, sz);
+	assert_int_equal(memcmp(back, src, sz - 4096), 0);
+	assert_int_equal(back[sz - 4096], (char)((sz - 4096) >> 12));
 	/* Both 64 MiB transfers went the expected way. */
 	uint64_t moved = my_bytes(path) - before;
-	if (moved < 2 * BIG - 4096)
+	if (moved < 2 * sz - 4096)
 		fail_msg("memory kind %d: only %llu bytes by path %d", kind,
 			 (unsigned long long)moved, path);
 	kill(pid, SIGUSR1);
@@ -692,8 +719,8 @@ static void one_sided_into_sleeper(int kind)
 		fail_msg("target (memory kind %d) exited %d", kind, WEXITSTATUS(st));
 	ibv_dereg_mr(ms);
 	ibv_dereg_mr(mb);
-	munmap(src, BIG);
-	munmap(back, BIG);
+	munmap(src, sz);
+	munmap(back, sz);
 	end_close(&a);
 	close(sp[0]);
 }
@@ -701,6 +728,7 @@ static void one_sided_into_sleeper(int kind)
 static void test_64mib_into_sleeping_private(void **state) { (void)state; one_sided_into_sleeper(0); }
 static void test_64mib_into_sleeping_sysv_shm(void **state) { (void)state; one_sided_into_sleeper(1); }
 static void test_64mib_into_sleeping_posix_shm(void **state) { (void)state; one_sided_into_sleeper(2); }
+static void test_into_sleeping_device_memory(void **state) { (void)state; one_sided_into_sleeper(3); }
 
 /*
  * --without-cma: the kernel refuses process_vm_readv/writev to this
@@ -750,6 +778,7 @@ int main(int argc, char **argv)
 			cmocka_unit_test(test_64mib_into_sleeping_private),
 			cmocka_unit_test(test_64mib_into_sleeping_sysv_shm),
 			cmocka_unit_test(test_64mib_into_sleeping_posix_shm),
+			cmocka_unit_test(test_into_sleeping_device_memory),
 			cmocka_unit_test(test_atomics_and_read),
 		};
 		int rc = cmocka_run_group_tests_name("without CMA", no_cma, NULL, NULL);
@@ -775,6 +804,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_64mib_into_sleeping_private),
 		cmocka_unit_test(test_64mib_into_sleeping_sysv_shm),
 		cmocka_unit_test(test_64mib_into_sleeping_posix_shm),
+		cmocka_unit_test(test_into_sleeping_device_memory),
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
 	ibv_free_device_list(devs);

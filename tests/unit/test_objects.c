@@ -379,10 +379,6 @@ static void test_unsupported_is_eopnotsupp(void **state)
 	errno = 0;
 	assert_null(ibv_open_xrcd(f->ctx, &xa));
 	assert_int_equal(errno, EOPNOTSUPP);
-	struct ibv_alloc_dm_attr da = { .length = 64 };
-	errno = 0;
-	assert_null(ibv_alloc_dm(f->ctx, &da));
-	assert_int_equal(errno, EOPNOTSUPP);
 	errno = 0;
 	assert_null(ibv_reg_dmabuf_mr(f->pd, 0, 4096, 0, 3, 0));
 	assert_int_equal(errno, EOPNOTSUPP);

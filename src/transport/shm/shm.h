@@ -79,6 +79,18 @@ struct shm_share {
 };
 _Static_assert(sizeof(struct shm_mr) == 64, "one cache line per MR");
 
+/* The header of a device-memory block; the data follows at the next
+ * SHM_ALIGN-or-requested boundary, and a DM's handle is that offset.
+ * `len` is written before `magic` (release); an importer loads `magic`
+ * with acquire.  Freeing clears `magic` first. */
+#define SHM_DM_MAGIC	0x4d445653u	/* "SVDM" */
+
+struct shm_dm {
+	_Atomic uint32_t magic;
+	uint32_t pad;
+	uint64_t len;
+};
+
 /* A receive queue: a QP's RQ or an SRQ. */
 struct shm_wq {
 	pthread_mutex_t lock;		/* robust, process-shared */

@@ -349,9 +349,25 @@ struct sv_cq {
 	struct sv_cq *next;		/* context's list, under ctx->lock */
 };
 
+/* An XRC domain (IBA 11.2.? "XRC Domain"): XRC target QPs and XRC SRQs of one
+ * domain may deliver to each other.  Opened on a file, it is the same
+ * domain in every process that opens that file (the id is the inode's). */
+struct sv_xrcd {
+	struct ibv_xrcd ibxrcd;
+	uint64_t id;
+	atomic_uint users;		/* XRC SRQs and XRC_RECV QPs */
+};
+
 struct sv_srq {
 	struct ibv_srq ibsrq;
 	struct sv_pd *pd;
+	/* XRC SRQs: the domain, the CQ completions go to, the SRQ number
+	 * and the directory entry initiators find it by. */
+	struct sv_xrcd *xrcd;
+	struct sv_cq *cq;
+	uint32_t srqn;
+	struct shm_qp *xsh;
+	uint64_t xsh_off;
 	struct ibv_srq_attr attr;
 	struct shm_wq *wq;
 	uint64_t wq_off, wq_bytes;
@@ -371,6 +387,7 @@ struct sv_swqe {
 	uint64_t remote_addr;
 	uint64_t compare_add, swap;
 	uint32_t remote_qpn, remote_qkey;
+	uint32_t srqn;			/* XRC_SEND: the remote XRC SRQ */
 	struct ibv_ah_attr av;		/* UD destination */
 	int rnr_left;			/* RNR retries left; -1 = infinite */
 	int retry_left;			/* transport retries left */
@@ -396,9 +413,10 @@ struct sv_qp {
 	bool rnr_waiting;		/* head WQE waits for an RNR timer */
 	struct sv_qp *next;		/* context's list, under ctx->lock */
 	bool has_ex;			/* created with SEND_OPS_FLAGS */
-	struct sv_pd *pd;
-	struct sv_cq *scq, *rcq;
+	struct sv_pd *pd;		/* NULL for XRC_RECV */
+	struct sv_cq *scq, *rcq;	/* NULL where the type has no such queue */
 	struct sv_srq *srq;
+	struct sv_xrcd *xrcd;		/* XRC_RECV */
 	struct ibv_qp_cap cap;
 	int sq_sig_all;
 	struct ibv_qp_attr attr;	/* everything modify_qp has set */
@@ -425,6 +443,7 @@ static inline struct sv_context *sv_ctx(struct ibv_context *c)
 #define sv_qp(p)  ((struct sv_qp *)(p))
 #define sv_ah(p)  ((struct sv_ah *)(p))
 #define sv_mw(p)  ((struct sv_mw *)(p))
+#define sv_xrcd(p) ((struct sv_xrcd *)(p))
 
 /* transport/shm/seg.c */
 void sv_seg_name(char *buf, size_t len, int32_t pid, uint32_t ep);
@@ -564,6 +583,11 @@ struct ibv_mr *sv_reg_dm_mr(struct ibv_pd *pd, struct ibv_dm *dm, uint64_t dm_of
 			    size_t length, unsigned int access);
 void sv_dm_release_all(struct ibv_context *ctx);
 
+/* verbs/xrcd.c */
+struct ibv_xrcd *sv_open_xrcd(struct ibv_context *ctx, struct ibv_xrcd_init_attr *attr);
+int sv_close_xrcd(struct ibv_xrcd *xrcd);
+bool sv_xrcd_of(struct ibv_xrcd *xrcd, struct ibv_context *ctx, const char *verb);
+
 /* verbs/cq.c */
 struct ibv_cq_ex *sv_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_attr_ex *attr);
 int sv_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
@@ -576,6 +600,7 @@ void sv_channel_release(struct sv_channel *ch);
 struct ibv_srq *sv_create_srq_ex(struct ibv_context *ctx, struct ibv_srq_init_attr_ex *attr);
 int sv_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 int sv_wq_post(struct shm_hdr *h, struct shm_wq *wq, const struct ibv_recv_wr *wr, const char **why);
+int sv_get_srq_num(struct ibv_srq *srq, uint32_t *srq_num);
 void sv_srq_release(struct sv_srq *srq);
 
 /* verbs/qp.c */

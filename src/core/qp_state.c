@@ -7,8 +7,7 @@
  *
  * It is the same table the kernel keeps in ib_modify_qp_is_ok(); every
  * softverbs modify_qp is checked against it before anything changes.
- * XRC rows are present so that the XRC QP types can use them when they
- * are created (they are not yet).
+ * XRC_SEND is the kernel's XRC_INI and XRC_RECV its XRC_TGT.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -219,6 +218,8 @@ const char *sv_qp_state_name(enum ibv_qp_state s)
 
 const char *sv_qp_type_name(enum ibv_qp_type t)
 {
+	if ((unsigned)t == SHM_TYPE_XSRQ)	/* registry entries of XRC SRQs */
+		return "XRC_SRQ";
 	switch (t) {
 	case IBV_QPT_RC: return "RC";
 	case IBV_QPT_UC: return "UC";

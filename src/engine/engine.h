@@ -35,14 +35,20 @@ const char *sv_result_name(enum sv_result r);
 /* engine/resp.c: the responder's checks, run by the initiator against the
  * target's segment. */
 struct sv_target {
-	struct shm_hdr *seg;
+	struct shm_hdr *seg;	/* the receiving context: memory, queues, CQs */
+	struct shm_hdr *qseg;	/* the target QP's context: seg, except for XRC */
 	struct shm_qp *qp;
+	/* Where a message is received and whose PD protects the target's
+	 * memory: the QP itself, or for XRC the SRQ the request names. */
+	struct shm_qp *rx;
 	int32_t pid;
 	bool mapped;		/* the last buffer resolved is mapped here (direct path) */
 	char why[160];		/* the failed check, for explain mode */
 };
 
 enum sv_result sv_resp_find(struct sv_qp *qp, uint32_t qpn, struct sv_target *t);
+/* XRC: the SRQ srqn of the target QP's domain becomes t->rx. */
+enum sv_result sv_resp_xrc(struct sv_target *t, uint32_t srqn);
 /* A remote buffer: rkey, address and length must fall in a registered MR
  * of the target QP's PD with the access asked.  On success the MR is held
  * (users) until sv_resp_mr_put(). */

@@ -28,28 +28,29 @@ enum {
 	F_LOCAL = 1 << 7,			/* executed here; no packet (bind, invalidate) */
 	F_WORD = 1 << 8,			/* exactly one aligned 8-byte word */
 };
-enum { T_RC = 1 << 0, T_UC = 1 << 1, T_UD = 1 << 2 };
+enum { T_RC = 1 << 0, T_UC = 1 << 1, T_UD = 1 << 2, T_XRC = 1 << 3 };
+#define T_RCX (T_RC | T_XRC)	/* XRC_SEND has RC's operations */
 
 static const struct wr_info {
 	const char *name;
 	unsigned flags, types;
 	enum ibv_wc_opcode wc;
 } wr_info[] = {
-	[IBV_WR_RDMA_WRITE] = { "RDMA_WRITE", F_WRITE, T_RC | T_UC, IBV_WC_RDMA_WRITE },
+	[IBV_WR_RDMA_WRITE] = { "RDMA_WRITE", F_WRITE, T_RCX | T_UC, IBV_WC_RDMA_WRITE },
 	[IBV_WR_RDMA_WRITE_WITH_IMM] = { "RDMA_WRITE_WITH_IMM", F_WRITE | F_IMM | F_RECV,
-					 T_RC | T_UC, IBV_WC_RDMA_WRITE },
-	[IBV_WR_SEND] = { "SEND", F_SEND | F_RECV, T_RC | T_UC | T_UD, IBV_WC_SEND },
-	[IBV_WR_SEND_WITH_IMM] = { "SEND_WITH_IMM", F_SEND | F_IMM | F_RECV, T_RC | T_UC | T_UD,
+					 T_RCX | T_UC, IBV_WC_RDMA_WRITE },
+	[IBV_WR_SEND] = { "SEND", F_SEND | F_RECV, T_RCX | T_UC | T_UD, IBV_WC_SEND },
+	[IBV_WR_SEND_WITH_IMM] = { "SEND_WITH_IMM", F_SEND | F_IMM | F_RECV, T_RCX | T_UC | T_UD,
 				   IBV_WC_SEND },
-	[IBV_WR_RDMA_READ] = { "RDMA_READ", F_READ, T_RC, IBV_WC_RDMA_READ },
-	[IBV_WR_ATOMIC_CMP_AND_SWP] = { "ATOMIC_CMP_AND_SWP", F_ATOMIC, T_RC, IBV_WC_COMP_SWAP },
-	[IBV_WR_ATOMIC_FETCH_AND_ADD] = { "ATOMIC_FETCH_AND_ADD", F_ATOMIC, T_RC, IBV_WC_FETCH_ADD },
-	[IBV_WR_LOCAL_INV] = { "LOCAL_INV", F_LOCAL, T_RC | T_UC, IBV_WC_LOCAL_INV },
-	[IBV_WR_BIND_MW] = { "BIND_MW", F_LOCAL, T_RC | T_UC, IBV_WC_BIND_MW },
-	[IBV_WR_SEND_WITH_INV] = { "SEND_WITH_INV", F_SEND | F_RECV | F_INV, T_RC, IBV_WC_SEND },
+	[IBV_WR_RDMA_READ] = { "RDMA_READ", F_READ, T_RCX, IBV_WC_RDMA_READ },
+	[IBV_WR_ATOMIC_CMP_AND_SWP] = { "ATOMIC_CMP_AND_SWP", F_ATOMIC, T_RCX, IBV_WC_COMP_SWAP },
+	[IBV_WR_ATOMIC_FETCH_AND_ADD] = { "ATOMIC_FETCH_AND_ADD", F_ATOMIC, T_RCX, IBV_WC_FETCH_ADD },
+	[IBV_WR_LOCAL_INV] = { "LOCAL_INV", F_LOCAL, T_RCX | T_UC, IBV_WC_LOCAL_INV },
+	[IBV_WR_BIND_MW] = { "BIND_MW", F_LOCAL, T_RCX | T_UC, IBV_WC_BIND_MW },
+	[IBV_WR_SEND_WITH_INV] = { "SEND_WITH_INV", F_SEND | F_RECV | F_INV, T_RCX, IBV_WC_SEND },
 	/* IBA 1.5 atomic write: an 8-byte RDMA WRITE that lands as one
 	 * store; rxe checks remote write access for it. */
-	[IBV_WR_ATOMIC_WRITE] = { "ATOMIC_WRITE", F_WRITE | F_WORD, T_RC, IBV_WC_ATOMIC_WRITE },
+	[IBV_WR_ATOMIC_WRITE] = { "ATOMIC_WRITE", F_WRITE | F_WORD, T_RCX, IBV_WC_ATOMIC_WRITE },
 };
 
 /* Why the last WQE this thread executed failed, for explain mode. */
@@ -57,7 +58,14 @@ static __thread char last_why[160];
 
 static unsigned type_bit(enum ibv_qp_type t)
 {
-	return t == IBV_QPT_RC ? T_RC : t == IBV_QPT_UC ? T_UC : t == IBV_QPT_UD ? T_UD : 0;
+	return t == IBV_QPT_RC ? T_RC : t == IBV_QPT_UC ? T_UC : t == IBV_QPT_UD ? T_UD :
+	       t == IBV_QPT_XRC_SEND ? T_XRC : 0;
+}
+
+/* Acknowledged transports: errors come back as NAKs and retries happen. */
+static bool reliable(enum ibv_qp_type t)
+{
+	return t == IBV_QPT_RC || t == IBV_QPT_XRC_SEND;
 }
 
 struct sv_swqe *sv_sq_slot(struct sv_qp *qp, uint32_t i)
@@ -166,6 +174,8 @@ static void queue_wr(struct sv_qp *qp, const struct ibv_send_wr *wr)
 		w->compare_add = wr->wr.atomic.compare_add;
 		w->swap = wr->wr.atomic.swap;
 	}
+	if (qp->ex.qp_base.qp_type == IBV_QPT_XRC_SEND)
+		w->srqn = wr->qp_type.xrc.remote_srqn;
 	if (qp->ex.qp_base.qp_type == IBV_QPT_UD) {
 		w->remote_qpn = wr->wr.ud.remote_qpn;
 		w->remote_qkey = wr->wr.ud.remote_qkey;
@@ -204,6 +214,11 @@ int sv_post_send(struct ibv_qp *ib, struct ibv_send_wr *wr, struct ibv_send_wr *
 	const char *why = NULL;
 	int ret = 0;
 
+	if (!qp->sq) {
+		*bad = wr;
+		return sv_fail(EINVAL, "ibv_post_send", "qpn 0x%x is an XRC_RECV QP, which has no "
+			       "send queue", ib->qp_num);
+	}
 	/* C10-30: the send queue accepts work from RTS on (and in SQD and
 	 * ERR, where it is held or flushed). */
 	if (st < IBV_QPS_RTS) {
@@ -403,7 +418,7 @@ static enum sv_result deliver_recv(struct sv_qp *qp, struct sv_swqe *w, struct s
 	}
 	if (ud && w->av.is_global)
 		e.wc_flags |= IBV_WC_GRH;
-	sv_cq_push(t->seg, shm_at(t->seg, t->qp->rcq_off), &e);
+	sv_cq_push(t->seg, shm_at(t->seg, t->rx->rcq_off), &e);
 	return SV_R_OK;
 }
 
@@ -521,6 +536,10 @@ static enum sv_result execute(struct sv_qp *qp, struct sv_swqe *w)
 			 "RTR/RTS, or its process is gone)", qpn);
 		return r;
 	}
+	if (type == IBV_QPT_XRC_SEND && (r = sv_resp_xrc(&t, w->srqn)) != SV_R_OK) {
+		memcpy(last_why, t.why, sizeof(last_why));
+		return r;
+	}
 	if (type == IBV_QPT_UD) {
 		/* C10-15: the Q_Key with its high bit set is the QP's own. */
 		uint32_t qkey = w->remote_qkey & 0x80000000u ? qp->attr.qkey : w->remote_qkey;
@@ -574,7 +593,7 @@ static void responder_error(struct sv_qp *qp, struct sv_swqe *w, enum sv_result 
 {
 	struct sv_target t;
 
-	if (qp->ex.qp_base.qp_type != IBV_QPT_RC || sv_resp_find(qp, qp->attr.dest_qp_num, &t))
+	if (!reliable(qp->ex.qp_base.qp_type) || sv_resp_find(qp, qp->attr.dest_qp_num, &t))
 		return;
 	/* IBA 11.6.3.1: the responder's QP goes to ERR with an affiliated
 	 * event: access violations and invalid requests. */
@@ -631,7 +650,7 @@ void sv_sq_progress(struct sv_qp *qp)
 		enum sv_result r = execute(qp, w);
 		enum ibv_qp_type type = qp->ex.qp_base.qp_type;
 
-		if (type != IBV_QPT_RC && (r == SV_R_RNR || r == SV_R_NO_RESPONSE ||
+		if (!reliable(type) && (r == SV_R_RNR || r == SV_R_NO_RESPONSE ||
 					   r == SV_R_NAK_ACCESS || r == SV_R_NAK_INV_REQ ||
 					   r == SV_R_NAK_OP))
 			r = SV_R_DROPPED;	/* UC and UD have no responses */

@@ -32,15 +32,49 @@ enum sv_result sv_resp_find(struct sv_qp *qp, uint32_t qpn, struct sv_target *t)
 	t->seg = sv_seg_peer(ep.index, ep.pid, ep.start_time);
 	if (!t->seg)
 		return SV_R_NO_RESPONSE;
+	t->qseg = t->seg;
 	t->qp = sv_seg_qp(t->seg, qpn);
+	t->rx = t->qp;
 	t->pid = ep.pid;
-	if (!t->qp || t->qp->type != qp->ex.qp_base.qp_type)
+	enum ibv_qp_type type = qp->ex.qp_base.qp_type;
+	/* An XRC initiator talks to an XRC target; other types to their own. */
+	if (!t->qp || t->qp->type != (type == IBV_QPT_XRC_SEND ? IBV_QPT_XRC_RECV : type))
 		return SV_R_NO_RESPONSE;
 	/* C10-29: a QP receives only in RTR, RTS and SQD; packets for a QP
 	 * in any other state are silently dropped. */
 	uint8_t st = atomic_load_explicit(&t->qp->state, memory_order_acquire);
 	if (st != IBV_QPS_RTR && st != IBV_QPS_RTS && st != IBV_QPS_SQD)
 		return SV_R_NO_RESPONSE;
+	return SV_R_OK;
+}
+
+enum sv_result sv_resp_xrc(struct sv_target *t, uint32_t srqn)
+{
+	struct sv_reg_ep_info ep;
+	struct shm_hdr *seg = NULL;
+	struct shm_qp *x = NULL;
+
+	/* The SRQ may belong to another process than the target QP: a
+	 * domain opened on one file spans processes, as in
+	 * ibv_xsrq_pingpong -c 2, where a client's XRC_RECV QP delivers to
+	 * the other client's SRQ. */
+	if (!sv_reg_qpn_owner(srqn, &ep))
+		seg = sv_seg_peer(ep.index, ep.pid, ep.start_time);
+	if (seg)
+		x = sv_seg_qp(seg, srqn);
+	/* IBA 9.7.4.1.?: the XRCETH must name an XRC SRQ of the target QP's
+	 * domain, else Invalid Request. */
+	if (!x || x->type != SHM_TYPE_XSRQ || x->xrcd != t->qp->xrcd) {
+		snprintf(t->why, sizeof(t->why), "remote_srqn 0x%x is %s target qpn 0x%x", srqn,
+			 x && x->type == SHM_TYPE_XSRQ ? "an XRC SRQ of another domain than" :
+			 "no XRC SRQ, as seen from", t->qp->qpn);
+		return SV_R_NAK_INV_REQ;
+	}
+	/* From here the receiving context is the SRQ's: its buffers, its
+	 * MRs (through the SRQ's PD), its CQ. */
+	t->seg = seg;
+	t->pid = ep.pid;
+	t->rx = x;
 	return SV_R_OK;
 }
 
@@ -115,7 +149,7 @@ static void explain_rkey(struct sv_target *t, const struct shm_mr *m, uint32_t r
 		else
 			snprintf(t->why, sizeof(t->why), "rkey 0x%x is not %s in pid %d", rkey,
 				 win ? "a bound window" : "registered", (int)t->seg->pid);
-	} else if (m->pd != t->qp->pd) {
+	} else if (m->pd != t->rx->pd) {
 		snprintf(t->why, sizeof(t->why), "rkey 0x%x belongs to another PD than target qpn 0x%x",
 			 rkey, t->qp->qpn);
 	} else if ((m->access & access) != access) {
@@ -161,7 +195,7 @@ enum sv_result sv_resp_mr_get(struct sv_target *t, uint32_t rkey, uint64_t va, u
 	}
 	/* C9-89..C9-91 (rxe check_rkey): unknown or stale key, another PD,
 	 * missing rights, or outside the region: Remote Access Error. */
-	if (!m || m->pd != t->qp->pd || (m->access & access) != access || !in_bounds(m, va, len)) {
+	if (!m || m->pd != t->rx->pd || (m->access & access) != access || !in_bounds(m, va, len)) {
 		explain_rkey(t, m, rkey, va, len, access);
 		sv_resp_mr_put(t->seg, m);
 		return SV_R_NAK_ACCESS;
@@ -176,8 +210,8 @@ enum sv_result sv_resp_mr_get(struct sv_target *t, uint32_t rkey, uint64_t va, u
 
 enum sv_result sv_resp_take_recv(struct sv_target *t, struct shm_rwqe *out)
 {
-	bool srq = t->qp->srq_off != 0;
-	struct shm_wq *wq = shm_at(t->seg, srq ? t->qp->srq_off : t->qp->rq_off);
+	bool srq = t->rx->srq_off != 0;
+	struct shm_wq *wq = shm_at(t->seg, srq ? t->rx->srq_off : t->rx->rq_off);
 	bool ring = false;
 
 	sv_shm_lock(&wq->lock);
@@ -216,7 +250,7 @@ enum sv_result sv_resp_recv_iov(struct sv_target *t, const struct shm_rwqe *w, s
 			continue;
 		/* The receiver's own lkey: an MR with local write access in
 		 * its PD (a window's rkey is no lkey). */
-		if (!m || m->kind != SHM_KIND_MR || m->pd != t->qp->pd ||
+		if (!m || m->kind != SHM_KIND_MR || m->pd != t->rx->pd ||
 		    !(m->access & IBV_ACCESS_LOCAL_WRITE) ||
 		    !in_bounds(m, s->addr, s->length)) {
 			sv_resp_recv_put(t, w, held);
@@ -253,7 +287,7 @@ void sv_resp_fail(struct sv_target *t, const struct shm_rwqe *wqe, enum ibv_wc_s
 	if (wqe) {
 		struct shm_cqe e = { .wr_id = wqe->wr_id, .status = status, .opcode = IBV_WC_RECV,
 				     .qp_num = t->qp->qpn, .ts = sv_now_ns() };
-		sv_cq_push(t->seg, shm_at(t->seg, t->qp->rcq_off), &e);
+		sv_cq_push(t->seg, shm_at(t->seg, t->rx->rcq_off), &e);
 	}
 	/* No initiator may deliver to the QP from now on.  The owner applies
 	 * the rest of the transition (flushes, events) on its next verb on
@@ -262,7 +296,9 @@ void sv_resp_fail(struct sv_target *t, const struct shm_rwqe *wqe, enum ibv_wc_s
 	 * with affiliated event ev. */
 	atomic_store_explicit(&t->qp->state, IBV_QPS_ERR, memory_order_release);
 	atomic_store_explicit(&t->qp->err_pending, (uint32_t)(ev + 2), memory_order_release);
-	sv_seg_ring(t->seg);
+	sv_seg_ring(t->qseg);
+	if (wqe && t->seg != t->qseg)
+		sv_seg_ring(t->seg);	/* the SRQ owner delivers the completion's event */
 }
 
 int sv_resp_invalidate(struct sv_target *t, uint32_t rkey)
@@ -274,7 +310,7 @@ int sv_resp_invalidate(struct sv_target *t, uint32_t rkey)
 	/* o10-37.2.43..: only a bound type 2 window of the target QP's PD,
 	 * through the QP it was bound to; MRs are not invalidated this way
 	 * (softverbs has no fast-registration MRs). */
-	if (!m || m->kind != SHM_KIND_MW2 || m->pd != t->qp->pd || m->mw.qpn != t->qp->qpn ||
+	if (!m || m->kind != SHM_KIND_MW2 || m->pd != t->rx->pd || m->mw.qpn != t->qp->qpn ||
 	    !atomic_compare_exchange_strong(&m->key, &expect, 0)) {
 		snprintf(t->why, sizeof(t->why), "SEND_WITH_INV names rkey 0x%x, which is not a type 2 "
 			 "window bound through target qpn 0x%x", rkey, t->qp->qpn);

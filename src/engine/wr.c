@@ -260,9 +260,9 @@ static void wr_atomic_write(struct ibv_qp_ex *qx, uint32_t rkey, uint64_t addr, 
 	}
 }
 
-/* TSO needs a raw packet QP and XRC has no ibv_wr_* QP here; creation
- * refuses their send_ops_flags, so these are reached only by a caller
- * ignoring that, and they fail the batch rather than leave a NULL. */
+/* TSO needs a raw packet QP; creation refuses its send_ops_flag, so this
+ * is reached only by a caller ignoring that, and it fails the batch
+ * rather than leave a NULL to jump through. */
 static void wr_send_tso(struct ibv_qp_ex *qx, void *hdr, uint16_t hdr_sz, uint16_t mss)
 {
 	(void)hdr; (void)hdr_sz; (void)mss;
@@ -271,8 +271,16 @@ static void wr_send_tso(struct ibv_qp_ex *qx, void *hdr, uint16_t hdr_sz, uint16
 
 static void wr_set_xrc_srqn(struct ibv_qp_ex *qx, uint32_t srqn)
 {
-	(void)srqn;
-	to_qp(qx)->wr_err = EOPNOTSUPP;
+	struct sv_qp *qp = to_qp(qx);
+	struct sv_swqe *w = cur(qp);
+
+	if (!w || qp->wr_err)
+		return;
+	if (qx->qp_base.qp_type != IBV_QPT_XRC_SEND) {
+		qp->wr_err = EINVAL;
+		return;
+	}
+	w->srqn = srqn;
 }
 
 #define OPS_UC (IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | \
@@ -285,7 +293,7 @@ static void wr_set_xrc_srqn(struct ibv_qp_ex *qx, uint32_t srqn)
 
 uint64_t sv_wr_ops_supported(enum ibv_qp_type type)
 {
-	return type == IBV_QPT_RC ? OPS_RC : type == IBV_QPT_UC ? OPS_UC :
+	return type == IBV_QPT_RC || type == IBV_QPT_XRC_SEND ? OPS_RC : type == IBV_QPT_UC ? OPS_UC :
 	       type == IBV_QPT_UD ? OPS_UD : 0;
 }
 

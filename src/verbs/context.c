@@ -15,14 +15,6 @@
 
 #include "../sv.h"
 
-static int close_xrcd_unsupported(struct ibv_xrcd *xrcd)
-{
-	(void)xrcd;
-	/* ibv_close_xrcd() calls this without a NULL check; no XRCD can
-	 * exist yet because open_xrcd is not offered. */
-	return sv_fail(EOPNOTSUPP, "ibv_close_xrcd", "XRC domains are not supported yet");
-}
-
 static void set_ops(struct sv_context *c)
 {
 	struct verbs_context *v = &c->vctx;
@@ -42,7 +34,9 @@ static void set_ops(struct sv_context *c)
 	v->create_cq_ex = sv_create_cq_ex;
 	v->create_qp_ex = sv_create_qp_ex;
 	v->create_srq_ex = sv_create_srq_ex;
-	v->close_xrcd = close_xrcd_unsupported;
+	v->open_xrcd = sv_open_xrcd;
+	v->close_xrcd = sv_close_xrcd;
+	v->get_srq_num = sv_get_srq_num;
 	v->advise_mr = sv_advise_mr;
 	v->alloc_td = sv_alloc_td;
 	v->dealloc_td = sv_dealloc_td;
@@ -151,6 +145,14 @@ static void release_pd(void *o, void *a)
 	if (sv_obj_del(o, SV_OBJ_PD))
 		free(o);
 }
+static void release_xrcd(void *o, void *a)
+{
+	(void)a;
+	if (sv_obj_live(o, SV_OBJ_XRCD)) {
+		sv_xrcd(o)->users = 0;	/* its users are gone already */
+		sv_close_xrcd(o);
+	}
+}
 static void release_td(void *o, void *a)
 {
 	(void)a;
@@ -174,6 +176,7 @@ SV_EXPORT int ibv_close_device(struct ibv_context *ctx)
 	sv_mr_release_all(ctx);
 	sv_dm_release_all(ctx);
 	sv_obj_foreach(ctx, SV_OBJ_SRQ, release_srq, NULL);
+	sv_obj_foreach(ctx, SV_OBJ_XRCD, release_xrcd, NULL);
 	sv_obj_foreach(ctx, SV_OBJ_CQ, release_cq, NULL);
 	sv_obj_foreach(ctx, SV_OBJ_CHANNEL, release_channel, NULL);
 	sv_obj_foreach(ctx, SV_OBJ_PD, release_pd, NULL);

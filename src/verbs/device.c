@@ -254,6 +254,7 @@ int sv_query_device_ex(struct ibv_context *ctx, const struct ibv_query_device_ex
 		IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_SRQ_RECV;
 	a.odp_caps.per_transport_caps.ud_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV |
 		IBV_ODP_SUPPORT_SRQ_RECV;
+	a.xrc_odp_caps = a.odp_caps.per_transport_caps.rc_odp_caps;
 	a.phys_port_cnt_ex = SV_NUM_PORTS;
 	a.max_dm_size = SV_MAX_DM_SIZE;
 	/* Fields of newer structs than the caller knows are simply not

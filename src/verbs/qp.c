@@ -23,9 +23,8 @@ static int check_type(const struct ibv_qp_init_attr_ex *a, const char *verb)
 {
 	switch (a->qp_type) {
 	case IBV_QPT_RC: case IBV_QPT_UC: case IBV_QPT_UD:
-		return 0;
 	case IBV_QPT_XRC_SEND: case IBV_QPT_XRC_RECV:
-		return sv_fail(EOPNOTSUPP, verb, "XRC QPs are not supported yet");
+		return 0;
 	case IBV_QPT_RAW_PACKET:
 		return sv_fail(EOPNOTSUPP, verb, "raw packet QPs need an Ethernet device; "
 			       "softverbs has none");
@@ -41,10 +40,10 @@ static int check_init_attr(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *
 
 	if (a->comp_mask & ~(uint32_t)QP_INIT_KNOWN_MASK)
 		return sv_fail(EINVAL, verb, "unknown comp_mask bits 0x%x", a->comp_mask);
-	if (a->comp_mask & (IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_MAX_TSO_HEADER |
-			    IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH))
-		return sv_fail(EOPNOTSUPP, verb, "XRC domains, TSO, RSS indirection and RX hash "
-			       "QPs are not supported");
+	if (a->comp_mask & (IBV_QP_INIT_ATTR_MAX_TSO_HEADER | IBV_QP_INIT_ATTR_IND_TABLE |
+			    IBV_QP_INIT_ATTR_RX_HASH))
+		return sv_fail(EOPNOTSUPP, verb, "TSO, RSS indirection and RX hash need raw packet "
+			       "QPs, which need an Ethernet device");
 	if ((a->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && a->create_flags)
 		return sv_fail(EOPNOTSUPP, verb, "create_flags 0x%x: no QP creation flag is "
 			       "supported", a->create_flags);
@@ -53,19 +52,33 @@ static int check_init_attr(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *
 	if ((a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) &&
 	    (a->send_ops_flags & ~sv_wr_ops_supported(a->qp_type)))
 		return sv_fail(EOPNOTSUPP, verb, "send_ops_flags 0x%llx: a %s QP offers 0x%llx "
-			       "(memory windows, invalidation, TSO and atomic write come later)",
+			       "(TSO needs a raw packet QP)",
 			       (unsigned long long)a->send_ops_flags, sv_qp_type_name(a->qp_type),
 			       (unsigned long long)sv_wr_ops_supported(a->qp_type));
+	/* An XRC target QP has nothing but a domain: it receives into the
+	 * SRQ each message names (IBA 11.2.?, ibv_create_qp_ex(3)). */
+	if (a->qp_type == IBV_QPT_XRC_RECV) {
+		if (!(a->comp_mask & IBV_QP_INIT_ATTR_XRCD))
+			return sv_fail(EINVAL, verb, "an XRC_RECV QP needs an XRC domain "
+				       "(IBV_QP_INIT_ATTR_XRCD)");
+		return sv_xrcd_of(a->xrcd, ctx, verb) ? 0 : EINVAL;
+	}
 	if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD))
 		return sv_fail(EINVAL, verb, "a %s QP needs a PD (IBV_QP_INIT_ATTR_PD)",
 			       sv_qp_type_name(a->qp_type));
 	if (!sv_pd_of(a->pd, ctx, verb))
 		return EINVAL;
-	if (!a->send_cq || !a->recv_cq)
-		return sv_fail(EINVAL, verb, "%s QPs need both send_cq and recv_cq",
-			       sv_qp_type_name(a->qp_type));
-	if (!sv_cq_of(a->send_cq, ctx, verb, "send_cq") || !sv_cq_of(a->recv_cq, ctx, verb, "recv_cq"))
+	/* An XRC initiator QP only sends. */
+	bool xini = a->qp_type == IBV_QPT_XRC_SEND;
+	if (!a->send_cq || (!a->recv_cq && !xini))
+		return sv_fail(EINVAL, verb, "%s QPs need %s", sv_qp_type_name(a->qp_type),
+			       xini ? "a send_cq" : "both send_cq and recv_cq");
+	if (!sv_cq_of(a->send_cq, ctx, verb, "send_cq") ||
+	    (!xini && !sv_cq_of(a->recv_cq, ctx, verb, "recv_cq")))
 		return EINVAL;
+	if (xini && (a->srq || a->cap.max_recv_wr))
+		return sv_fail(EINVAL, verb, "an XRC_SEND QP has no receive side (srq NULL, "
+			       "max_recv_wr 0)");
 	if (a->srq && !sv_obj_live(a->srq, SV_OBJ_SRQ))
 		return sv_fail(EINVAL, verb, "srq %p is not a live SRQ", (void *)a->srq);
 	if (a->srq && a->srq->context != ctx)
@@ -107,7 +120,9 @@ static int qp_alloc_queues(struct sv_context *c, struct sv_qp *qp,
 	if (!qp->sh_off)
 		return ENOMEM;
 	qp->sh = shm_at(c->seg.h, qp->sh_off);
-	if (!a->srq) {
+	if (a->qp_type == IBV_QPT_XRC_RECV)
+		return 0;	/* no queue at all */
+	if (!a->srq && a->qp_type != IBV_QPT_XRC_SEND) {
 		qp->rq = sv_seg_new_wq(&c->seg, a->cap.max_recv_wr, a->cap.max_recv_sge, &qp->rq_off);
 		if (!qp->rq)
 			return ENOMEM;
@@ -119,6 +134,21 @@ static int qp_alloc_queues(struct sv_context *c, struct sv_qp *qp,
 				    sizeof(struct ibv_sge) + SV_MAX_INLINE_DATA + 15) & ~15ul);
 	qp->sq = sv_pd_alloc(sv_pd(a->pd), (size_t)qp->sq_size * qp->sq_stride, 64, &qp->sq_from_app);
 	return qp->sq ? 0 : ENOMEM;
+}
+
+/* The objects a QP uses, each counted so it cannot be destroyed first. */
+static void qp_hold(struct sv_qp *qp, int d)
+{
+	if (qp->pd)
+		atomic_fetch_add(&qp->pd->users, (unsigned)d);
+	if (qp->scq)
+		atomic_fetch_add(&qp->scq->users, (unsigned)d);
+	if (qp->rcq)
+		atomic_fetch_add(&qp->rcq->users, (unsigned)d);
+	if (qp->srq)
+		atomic_fetch_add(&qp->srq->users, (unsigned)d);
+	if (qp->xrcd)
+		atomic_fetch_add(&qp->xrcd->users, (unsigned)d);
 }
 
 struct ibv_qp *sv_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *a)
@@ -175,10 +205,21 @@ struct ibv_qp *sv_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_
 	pthread_cond_init(&ib->cond, NULL);
 	pthread_mutex_init(&qp->lock, NULL);
 
-	qp->pd = sv_pd(a->pd);
-	qp->scq = sv_cq(a->send_cq);
-	qp->rcq = sv_cq(a->recv_cq);
-	qp->srq = a->srq ? sv_srq(a->srq) : NULL;
+	bool xtgt = a->qp_type == IBV_QPT_XRC_RECV, xini = a->qp_type == IBV_QPT_XRC_SEND;
+	if (xtgt) {
+		/* Nothing of the init attributes but the domain applies. */
+		ib->pd = NULL;
+		ib->send_cq = ib->recv_cq = NULL;
+		ib->srq = NULL;
+		memset(&a->cap, 0, sizeof(a->cap));
+		qp->xrcd = sv_xrcd(a->xrcd);
+	} else if (xini) {
+		ib->recv_cq = NULL;
+	}
+	qp->pd = xtgt ? NULL : sv_pd(a->pd);
+	qp->scq = xtgt ? NULL : sv_cq(a->send_cq);
+	qp->rcq = xtgt || xini ? NULL : sv_cq(a->recv_cq);
+	qp->srq = xtgt || !a->srq ? NULL : sv_srq(a->srq);
 	qp->sq_sig_all = a->sq_sig_all;
 	qp->cap = a->cap;
 	if (a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) {
@@ -187,23 +228,19 @@ struct ibv_qp *sv_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_
 	/* The actual capacities are reported back, as every provider does:
 	 * inline space is what a send slot really holds, and a QP on an SRQ
 	 * has no receive queue of its own. */
-	qp->cap.max_inline_data = SV_MAX_INLINE_DATA;
-	if (qp->srq)
+	qp->cap.max_inline_data = qp->sq ? SV_MAX_INLINE_DATA : 0;
+	if (!qp->rq)
 		qp->cap.max_recv_wr = qp->cap.max_recv_sge = 0;
 	a->cap = qp->cap;
-
-	atomic_fetch_add(&qp->pd->users, 1);
-	atomic_fetch_add(&qp->scq->users, 1);
-	atomic_fetch_add(&qp->rcq->users, 1);
-	if (qp->srq)
-		atomic_fetch_add(&qp->srq->users, 1);
+	qp_hold(qp, 1);
 
 	/* What initiators see, published last. */
 	struct shm_qp *sh = qp->sh;
 	sh->qpn = qpn;
 	sh->type = (uint8_t)a->qp_type;
-	sh->pd = sv_pd_base(sv_pd(a->pd))->ibpd.handle;
-	sh->rcq_off = qp->rcq->sh_off;
+	sh->pd = qp->pd ? sv_pd_base(qp->pd)->ibpd.handle : 0;
+	sh->xrcd = qp->xrcd ? qp->xrcd->id : 0;
+	sh->rcq_off = qp->rcq ? qp->rcq->sh_off : 0;
 	sh->rq_off = qp->rq ? qp->rq_off : 0;
 	sh->srq_off = qp->srq ? qp->srq->wq_off : 0;
 	atomic_store(&sh->state, IBV_QPS_RESET);
@@ -401,8 +438,9 @@ static void enter_state(struct sv_qp *qp, enum ibv_qp_state cur, enum ibv_qp_sta
 		}
 		/* Its completions still in the CQs go too, as mlx5 does
 		 * (mlx5_cq_clean): a reset QP starts from nothing. */
-		sv_cq_clean(qp->ctx->seg.h, qp->scq->sh, ib->qp_num);
-		if (qp->rcq != qp->scq)
+		if (qp->scq)
+			sv_cq_clean(qp->ctx->seg.h, qp->scq->sh, ib->qp_num);
+		if (qp->rcq && qp->rcq != qp->scq)
 			sv_cq_clean(qp->ctx->seg.h, qp->rcq->sh, ib->qp_num);
 		break;
 	case IBV_QPS_ERR:
@@ -550,8 +588,9 @@ int sv_post_recv(struct ibv_qp *ib, struct ibv_recv_wr *wr, struct ibv_recv_wr *
 	if (!qp->rq || st == IBV_QPS_RESET) {
 		*bad = wr;
 		return sv_fail(EINVAL, "ibv_post_recv", "qpn 0x%x: %s", ib->qp_num,
-			       qp->rq ? "the QP is in RESET; post receives from INIT on"
-				      : "the QP receives through its SRQ; use ibv_post_srq_recv");
+			       qp->rq ? "the QP is in RESET; post receives from INIT on" :
+			       qp->srq ? "the QP receives through its SRQ; use ibv_post_srq_recv" :
+			       "an XRC QP has no receive queue; XRC_RECV QPs deliver into XRC SRQs");
 	}
 	sv_shm_lock(&qp->rq->lock);
 	for (; wr && !ret; wr = wr->next) {
@@ -582,11 +621,7 @@ static void qp_free(struct sv_qp *qp)
 	pthread_mutex_unlock(&c->lock);
 	qp_free_queues(qp);
 	sv_reg_qpn_free(ib->qp_num);
-	atomic_fetch_sub(&qp->pd->users, 1);
-	atomic_fetch_sub(&qp->scq->users, 1);
-	atomic_fetch_sub(&qp->rcq->users, 1);
-	if (qp->srq)
-		atomic_fetch_sub(&qp->srq->users, 1);
+	qp_hold(qp, -1);
 	atomic_fetch_sub(&sv_ctx(ib->context)->nqp, 1);
 	pthread_mutex_destroy(&qp->lock);
 	pthread_cond_destroy(&ib->cond);

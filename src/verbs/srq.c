@@ -11,6 +11,55 @@
 
 #include "../sv.h"
 
+/* An XRC SRQ gets a number from the host registry and an entry in the
+ * segment's directory, where initiators look it up (shm.h). */
+static int xsrq_publish(struct sv_context *c, struct sv_srq *srq,
+			const struct ibv_srq_init_attr_ex *a)
+{
+	if (sv_reg_qpn_alloc(c->ep, (enum ibv_qp_type)SHM_TYPE_XSRQ, &srq->srqn))
+		return ENOMEM;
+	srq->xsh_off = sv_seg_alloc(&c->seg, sizeof(struct shm_qp));
+	if (!srq->xsh_off) {
+		sv_reg_qpn_free(srq->srqn);
+		srq->srqn = 0;
+		return ENOMEM;
+	}
+	struct shm_qp *x = shm_at(c->seg.h, srq->xsh_off);
+	x->qpn = srq->srqn;
+	x->type = SHM_TYPE_XSRQ;
+	x->pd = sv_pd_base(sv_pd(a->pd))->ibpd.handle;
+	x->srq_off = srq->wq_off;
+	x->rcq_off = sv_cq(a->cq)->sh_off;
+	x->xrcd = sv_xrcd(a->xrcd)->id;
+	atomic_store(&x->state, IBV_QPS_RTS);
+	srq->xsh = x;
+	sv_seg_publish_qp(c->seg.h, srq->srqn, srq->xsh_off);
+	return 0;
+}
+
+static void xsrq_unpublish(struct sv_context *c, struct sv_srq *srq)
+{
+	if (!srq->srqn)
+		return;
+	sv_seg_publish_qp(c->seg.h, srq->srqn, 0);
+	sv_seg_free(&c->seg, srq->xsh_off, sizeof(struct shm_qp));
+	sv_reg_qpn_free(srq->srqn);
+	srq->srqn = 0;
+}
+
+int sv_get_srq_num(struct ibv_srq *ibsrq, uint32_t *srq_num)
+{
+	struct sv_srq *srq = sv_srq(ibsrq);
+
+	if (!sv_obj_live(ibsrq, SV_OBJ_SRQ))
+		return sv_fail(EINVAL, "ibv_get_srq_num", "SRQ %p is not live", (void *)ibsrq);
+	if (!srq->srqn)
+		return sv_fail(EINVAL, "ibv_get_srq_num", "SRQ %p is not an XRC SRQ; only those "
+			       "are addressed by number", (void *)ibsrq);
+	*srq_num = srq->srqn;
+	return 0;
+}
+
 struct ibv_srq *sv_create_srq_ex(struct ibv_context *ctx, struct ibv_srq_init_attr_ex *a)
 {
 	const char *verb = "ibv_create_srq";
@@ -25,12 +74,21 @@ struct ibv_srq *sv_create_srq_ex(struct ibv_context *ctx, struct ibv_srq_init_at
 				       IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ |
 				       IBV_SRQ_INIT_ATTR_TM))
 		return sv_fail_null(EINVAL, verb, "unknown comp_mask bits 0x%x", a->comp_mask);
-	if ((a->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && a->srq_type != IBV_SRQT_BASIC)
-		return sv_fail_null(EOPNOTSUPP, verb, "SRQ type %d: only IBV_SRQT_BASIC is supported "
-				    "yet (no XRC or tag-matching SRQs)", a->srq_type);
+	enum ibv_srq_type type = a->comp_mask & IBV_SRQ_INIT_ATTR_TYPE ? a->srq_type : IBV_SRQT_BASIC;
+	if (type == IBV_SRQT_TM)
+		return sv_fail_null(EOPNOTSUPP, verb, "tag-matching SRQs are not supported");
+	if (type != IBV_SRQT_BASIC && type != IBV_SRQT_XRC)
+		return sv_fail_null(EINVAL, verb, "srq_type %d is not an SRQ type", type);
 	if (!(a->comp_mask & IBV_SRQ_INIT_ATTR_PD))
-		return sv_fail_null(EINVAL, verb, "a basic SRQ needs a PD (IBV_SRQ_INIT_ATTR_PD)");
+		return sv_fail_null(EINVAL, verb, "an SRQ needs a PD (IBV_SRQ_INIT_ATTR_PD)");
 	if (!sv_pd_of(a->pd, ctx, verb))
+		return NULL;
+	bool xrc = type == IBV_SRQT_XRC;
+	if (xrc && ((a->comp_mask & (IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ)) !=
+		    (IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ)))
+		return sv_fail_null(EINVAL, verb, "an XRC SRQ needs an XRC domain and a CQ "
+				    "(IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ)");
+	if (xrc && (!sv_xrcd_of(a->xrcd, ctx, verb) || !sv_cq_of(a->cq, ctx, verb, "cq")))
 		return NULL;
 	if (a->attr.max_wr < 1 || a->attr.max_wr > SV_MAX_SRQ_WR)
 		return sv_fail_null(EINVAL, verb, "max_wr %u is out of range 1..%d", a->attr.max_wr,
@@ -50,14 +108,24 @@ struct ibv_srq *sv_create_srq_ex(struct ibv_context *ctx, struct ibv_srq_init_at
 		srq->wq = sv_seg_new_wq(&c->seg, a->attr.max_wr, a->attr.max_sge, &srq->wq_off);
 	if (srq && srq->wq)
 		srq->wq_bytes = sv_seg_wq_bytes(srq->wq);
+	if (srq && srq->wq && xrc && xsrq_publish(c, srq, a)) {
+		sv_seg_free(&c->seg, srq->wq_off, srq->wq_bytes);
+		srq->wq = NULL;
+	}
 	if (!srq || !srq->wq || sv_obj_add(srq, SV_OBJ_SRQ, ctx)) {
-		if (srq && srq->wq)
-			if (srq->wq->wqe_off != sv_seg_wq_slots(srq->wq_off))
-		sv_seg_free(&c->seg, srq->wq->wqe_off, (uint64_t)srq->wq->size * srq->wq->stride);
-	sv_seg_free(&c->seg, srq->wq_off, srq->wq_bytes);
+		if (srq && srq->wq) {
+			xsrq_unpublish(c, srq);
+			sv_seg_free(&c->seg, srq->wq_off, srq->wq_bytes);
+		}
 		free(srq);
 		atomic_fetch_sub(&c->nsrq, 1);
 		return sv_fail_null(ENOMEM, verb, "out of memory");
+	}
+	if (xrc) {
+		srq->xrcd = sv_xrcd(a->xrcd);
+		srq->cq = sv_cq(a->cq);
+		atomic_fetch_add(&srq->xrcd->users, 1);
+		atomic_fetch_add(&srq->cq->users, 1);
 	}
 	srq->ibsrq.context = ctx;
 	srq->ibsrq.srq_context = a->srq_context;
@@ -206,9 +274,14 @@ static void srq_free(struct sv_srq *srq)
 {
 	struct sv_context *c = sv_ctx(srq->ibsrq.context);
 
+	xsrq_unpublish(c, srq);
 	pthread_mutex_lock(&c->lock);
 	SV_LIST_DEL(&c->srqs, srq);
 	pthread_mutex_unlock(&c->lock);
+	if (srq->xrcd) {
+		atomic_fetch_sub(&srq->xrcd->users, 1);
+		atomic_fetch_sub(&srq->cq->users, 1);
+	}
 	if (srq->wq->wqe_off != sv_seg_wq_slots(srq->wq_off))
 		sv_seg_free(&c->seg, srq->wq->wqe_off, (uint64_t)srq->wq->size * srq->wq->stride);
 	sv_seg_free(&c->seg, srq->wq_off, srq->wq_bytes);

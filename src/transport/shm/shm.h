@@ -149,7 +149,14 @@ struct shm_qp {
 	uint64_t srq_off;		/* or the SRQ's */
 	_Atomic uint32_t err_pending;	/* an initiator moved it to ERR (IBV_EVENT_*) */
 	uint32_t pad;
+	uint64_t xrcd;			/* XRC_RECV and XRC SRQ: the XRC domain's id */
 };
+
+/* An XRC SRQ is published in the QPN directory too, under its SRQ
+ * number, as a shm_qp of this type: srq_off is its queue, rcq_off its
+ * CQ, pd its PD (which XRC requests are checked against, IBA 9.7.4.1),
+ * xrcd its domain. */
+#define SHM_TYPE_XSRQ	0xfe
 
 /*
  * The bounce mailbox: the copy path for when the kernel refuses CMA

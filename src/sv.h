@@ -109,6 +109,10 @@ int sv_obj_add(void *obj, enum sv_obj_type type, struct ibv_context *ctx);
 bool sv_obj_live(const void *obj, enum sv_obj_type type);
 /* Removes obj if it is live with this type; false if it was not. */
 bool sv_obj_del(const void *obj, enum sv_obj_type type);
+/* The first live object of the type that match() accepts, or NULL.
+ * match runs under the table's lock and must not call into it. */
+void *sv_obj_find(enum sv_obj_type type, bool (*match)(const void *obj, const void *arg),
+		  const void *arg);
 /* Calls fn for every live object of ctx with the given type. */
 void sv_obj_foreach(struct ibv_context *ctx, enum sv_obj_type type,
 		    void (*fn)(void *obj, void *arg), void *arg);
@@ -266,6 +270,12 @@ struct sv_seg {
 
 struct sv_context {
 	struct verbs_context vctx;	/* vctx.context is what apps hold */
+	/* An imported context (ibv_import_device) is only this header and
+	 * vctx: every verb works on its origin's state.  The origin's state
+	 * lives until it and all its imports are closed. */
+	struct sv_context *origin;
+	atomic_uint imports;		/* open imports of this context */
+	bool closed;			/* ibv_close_device was called, imports remain */
 	struct sv_device *dev;
 	struct sv_seg seg;
 	pthread_mutex_t lock;		/* the object lists below */
@@ -432,9 +442,19 @@ struct sv_ah {
 	struct sv_pd *pd;
 };
 
+/* The context whose state an ibv_context uses: itself, or for one made
+ * by ibv_import_device the context it imports (verbs/context.c). */
 static inline struct sv_context *sv_ctx(struct ibv_context *c)
 {
-	return (struct sv_context *)((char *)c - offsetof(struct verbs_context, context));
+	struct sv_context *s = (struct sv_context *)((char *)c - offsetof(struct verbs_context,
+									  context));
+	return s->origin ? s->origin : s;
+}
+
+/* Objects of a context and of its imports may be used together. */
+static inline bool sv_same_ctx(struct ibv_context *a, struct ibv_context *b)
+{
+	return sv_ctx(a) == sv_ctx(b);
 }
 #define sv_pd(p)  ((struct sv_pd *)(p))
 #define sv_mr(p)  ((struct sv_mr *)(p))

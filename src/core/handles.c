@@ -136,3 +136,16 @@ void sv_obj_foreach(struct ibv_context *ctx, enum sv_obj_type type,
 		fn(objs[i], arg);
 	free(objs);
 }
+
+void *sv_obj_find(enum sv_obj_type type, bool (*match)(const void *obj, const void *arg),
+		  const void *arg)
+{
+	const void *found = NULL;
+
+	pthread_mutex_lock(&lock);
+	for (size_t i = 0; i < cap && !found; i++)
+		if (tab[i].obj && tab[i].obj != TOMB && tab[i].type == type && match(tab[i].obj, arg))
+			found = tab[i].obj;
+	pthread_mutex_unlock(&lock);
+	return (void *)found;
+}

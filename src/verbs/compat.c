@@ -219,26 +219,3 @@ SV_EXPORT int ibv_query_qp_data_in_order(struct ibv_qp *qp, enum ibv_wr_opcode o
 	return 0;
 }
 
-SV_EXPORT struct ibv_context *ibv_import_device(int cmd_fd)
-{
-	(void)cmd_fd;
-	return sv_fail_null(EOPNOTSUPP, "ibv_import_device", "importing contexts is not "
-			    "supported yet");
-}
-
-SV_EXPORT struct ibv_pd *ibv_import_pd(struct ibv_context *ctx, uint32_t pd_handle)
-{
-	(void)ctx; (void)pd_handle;
-	return sv_fail_null(EOPNOTSUPP, "ibv_import_pd", "importing PDs is not supported yet");
-}
-
-SV_EXPORT struct ibv_mr *ibv_import_mr(struct ibv_pd *pd, uint32_t mr_handle)
-{
-	(void)pd; (void)mr_handle;
-	return sv_fail_null(EOPNOTSUPP, "ibv_import_mr", "importing MRs is not supported yet");
-}
-
-
-/* Nothing can have been imported, so there is nothing to unimport. */
-SV_EXPORT void ibv_unimport_pd(struct ibv_pd *pd) { (void)pd; }
-SV_EXPORT void ibv_unimport_mr(struct ibv_mr *mr) { (void)mr; }

@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "../sv.h"
 
@@ -160,16 +162,10 @@ static void release_td(void *o, void *a)
 		free(o);
 }
 
-SV_EXPORT int ibv_close_device(struct ibv_context *ctx)
+/* As the kernel does for a closed uverbs file: whatever the program did
+ * not destroy is destroyed now, users before what they use. */
+static void release_objects(struct ibv_context *ctx)
 {
-	if (!sv_obj_del(ctx, SV_OBJ_CONTEXT))
-		return sv_fail(EINVAL, "ibv_close_device", "context %p is not open", (void *)ctx), -1;
-
-	struct sv_context *c = sv_ctx(ctx);
-
-	sv_progress_stop(c);
-	/* As the kernel does for a closed uverbs file: whatever the program
-	 * did not destroy is destroyed now, users before what they use. */
 	sv_obj_foreach(ctx, SV_OBJ_QP, release_qp, NULL);
 	sv_obj_foreach(ctx, SV_OBJ_AH, release_ah, NULL);
 	sv_mw_release_all(ctx);
@@ -181,6 +177,14 @@ SV_EXPORT int ibv_close_device(struct ibv_context *ctx)
 	sv_obj_foreach(ctx, SV_OBJ_CHANNEL, release_channel, NULL);
 	sv_obj_foreach(ctx, SV_OBJ_PD, release_pd, NULL);
 	sv_obj_foreach(ctx, SV_OBJ_TD, release_td, NULL);
+}
+
+static void context_free(struct sv_context *c)
+{
+	struct ibv_context *ctx = &c->vctx.context;
+
+	sv_progress_stop(c);
+	release_objects(ctx);
 	sv_reg_ep_detach(c->ep);
 	sv_seg_register_local(c->seg.h, false);
 	sv_seg_destroy(&c->seg);
@@ -189,7 +193,102 @@ SV_EXPORT int ibv_close_device(struct ibv_context *ctx)
 	pthread_mutex_destroy(&c->lock);
 	pthread_mutex_destroy(&ctx->mutex);
 	free(c);
+}
+
+/* Guards imports and closed of every context. */
+static pthread_mutex_t import_lock = PTHREAD_MUTEX_INITIALIZER;
+
+SV_EXPORT int ibv_close_device(struct ibv_context *ctx)
+{
+	if (!sv_obj_del(ctx, SV_OBJ_CONTEXT))
+		return sv_fail(EINVAL, "ibv_close_device", "context %p is not open", (void *)ctx), -1;
+
+	struct sv_context *c = sv_ctx(ctx);
+	struct sv_context *self = (struct sv_context *)((char *)ctx -
+							offsetof(struct verbs_context, context));
+	bool last = true;
+
+	if (self->origin) {
+		/* An import: its own objects go; the origin's state stays for
+		 * the origin, unless that was closed and this was its last
+		 * import. */
+		release_objects(ctx);
+		close(ctx->cmd_fd);
+		pthread_mutex_destroy(&ctx->mutex);
+		free(self);
+		pthread_mutex_lock(&import_lock);
+		last = atomic_fetch_sub(&c->imports, 1) == 1 && c->closed;
+		pthread_mutex_unlock(&import_lock);
+		if (last)
+			context_free(c);
+		return 0;
+	}
+	pthread_mutex_lock(&import_lock);
+	c->closed = true;
+	last = !atomic_load(&c->imports);
+	pthread_mutex_unlock(&import_lock);
+	/* The kernel keeps a context alive while an imported fd holds it. */
+	if (last)
+		context_free(c);
 	return 0;
+}
+
+static bool same_segment(const void *obj, const void *arg)
+{
+	const struct sv_context *c = (const void *)((const char *)obj -
+						    offsetof(struct verbs_context, context));
+	const struct stat *want = arg;
+	struct stat st;
+
+	return !c->origin && !c->closed && !fstat(c->seg.fd, &st) && st.st_dev == want->st_dev &&
+	       st.st_ino == want->st_ino;
+}
+
+/*
+ * rdma-core 44: a second ibv_context on the kernel context behind cmd_fd,
+ * sharing its objects by handle (ibv_import_pd, ibv_import_mr,
+ * ibv_import_dm); the new context owns cmd_fd.  The fd of a softverbs
+ * context is its shared segment, so the context is found by the file.
+ */
+SV_EXPORT struct ibv_context *ibv_import_device(int cmd_fd)
+{
+	const char *verb = "ibv_import_device";
+	struct stat st;
+
+	if (fstat(cmd_fd, &st))
+		return sv_fail_null(EBADF, verb, "fd %d is not open", cmd_fd);
+	pthread_mutex_lock(&import_lock);
+	struct ibv_context *octx = sv_obj_find(SV_OBJ_CONTEXT, same_segment, &st);
+	struct sv_context *o = octx ? sv_ctx(octx) : NULL;
+	if (o)
+		atomic_fetch_add(&o->imports, 1);
+	pthread_mutex_unlock(&import_lock);
+	if (!o)
+		return sv_fail_null(EOPNOTSUPP, verb, "fd %d is not the command fd of an open "
+				    "softverbs context of this process; importing a context of "
+				    "another process is not supported", cmd_fd);
+	struct sv_context *c = calloc(1, sizeof(*c));
+	if (!c) {
+		atomic_fetch_sub(&o->imports, 1);
+		return sv_fail_null(ENOMEM, verb, "out of memory");
+	}
+	c->origin = o;
+	c->dev = o->dev;
+	c->vctx.sz = sizeof(c->vctx);
+	c->vctx.context.abi_compat = __VERBS_ABI_IS_EXTENDED;
+	c->vctx.context.device = octx->device;
+	c->vctx.context.cmd_fd = cmd_fd;
+	c->vctx.context.async_fd = octx->async_fd;	/* one event queue, as one kernel context */
+	c->vctx.context.num_comp_vectors = octx->num_comp_vectors;
+	pthread_mutex_init(&c->vctx.context.mutex, NULL);
+	set_ops(c);
+	if (sv_obj_add(&c->vctx.context, SV_OBJ_CONTEXT, &c->vctx.context)) {
+		pthread_mutex_destroy(&c->vctx.context.mutex);
+		free(c);
+		atomic_fetch_sub(&o->imports, 1);
+		return sv_fail_null(ENOMEM, verb, "out of memory");
+	}
+	return &c->vctx.context;
 }
 
 /* ---- asynchronous events ---- */

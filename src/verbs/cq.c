@@ -197,7 +197,7 @@ bool sv_cq_of(struct ibv_cq *cq, struct ibv_context *ctx, const char *verb, cons
 		sv_fail(EINVAL, verb, "%s %p is not a live CQ", role, (void *)cq);
 		return false;
 	}
-	if (ctx && cq->context != ctx) {
+	if (ctx && !sv_same_ctx(cq->context, ctx)) {
 		sv_fail(EINVAL, verb, "%s %p belongs to another device context", role, (void *)cq);
 		return false;
 	}
@@ -213,7 +213,7 @@ static int check_cq_attr(struct ibv_context *ctx, const struct ibv_cq_init_attr_
 	if (a->comp_vector >= (uint32_t)ctx->num_comp_vectors)
 		return sv_fail(EINVAL, verb, "comp_vector %u: the device has %d completion vectors",
 			       a->comp_vector, ctx->num_comp_vectors);
-	if (a->channel && (!sv_obj_live(a->channel, SV_OBJ_CHANNEL) || a->channel->context != ctx))
+	if (a->channel && (!sv_obj_live(a->channel, SV_OBJ_CHANNEL) || !sv_same_ctx(a->channel->context, ctx)))
 		return sv_fail(EINVAL, verb, "channel %p is not a live channel of this context",
 			       (void *)a->channel);
 	if (a->wc_flags & ~(uint64_t)SUPPORTED_WC_FLAGS)

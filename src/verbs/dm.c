@@ -154,7 +154,7 @@ struct ibv_mr *sv_reg_dm_mr(struct ibv_pd *pd, struct ibv_dm *d, uint64_t off, s
 
 	if (!sv_pd_of(pd, NULL, verb))
 		return NULL;
-	if (!d || !sv_obj_live(d, SV_OBJ_DM) || d->context != pd->context)
+	if (!d || !sv_obj_live(d, SV_OBJ_DM) || !sv_same_ctx(d->context, pd->context))
 		return sv_fail_null(EINVAL, verb, "DM %p is not device memory of the PD's context",
 				    (void *)d);
 	/* rdma-core verbs.h: device memory is addressed from its start. */

@@ -356,3 +356,21 @@ int sv_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32_t f
 	}
 	return 0;
 }
+
+/* As ibv_import_pd: the MR itself, found by its handle (its key). */
+SV_EXPORT struct ibv_mr *ibv_import_mr(struct ibv_pd *pd, uint32_t handle)
+{
+	const char *verb = "ibv_import_mr";
+
+	if (!sv_pd_of(pd, NULL, verb))
+		return NULL;
+	struct sv_mr *mr = sv_keytab_lookup(&sv_ctx(pd->context)->mrs, handle, SHM_KIND_MR);
+	if (!mr || sv_pd_base(mr->pd) != sv_pd_base(sv_pd(pd)))
+		return sv_fail_null(EINVAL, verb, "handle %u names no MR of this PD", handle);
+	return &mr->ibmr;
+}
+
+SV_EXPORT void ibv_unimport_mr(struct ibv_mr *mr)
+{
+	(void)mr;
+}

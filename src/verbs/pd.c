@@ -12,7 +12,7 @@ bool sv_pd_of(struct ibv_pd *pd, struct ibv_context *ctx, const char *verb)
 		sv_fail(EINVAL, verb, "PD %p is not a live protection domain", (void *)pd);
 		return false;
 	}
-	if (ctx && pd->context != ctx) {
+	if (ctx && !sv_same_ctx(pd->context, ctx)) {
 		sv_fail(EINVAL, verb, "PD %p belongs to another device context; "
 			"allocate it from the same context as the other objects", (void *)pd);
 		return false;
@@ -98,7 +98,7 @@ struct ibv_pd *sv_alloc_parent_domain(struct ibv_context *ctx,
 		return NULL;
 	if (sv_pd(a->pd)->parent)
 		return sv_fail_null(EINVAL, verb, "attr.pd is itself a parent domain");
-	if (a->td && (!sv_obj_live(a->td, SV_OBJ_TD) || a->td->context != ctx))
+	if (a->td && (!sv_obj_live(a->td, SV_OBJ_TD) || !sv_same_ctx(a->td->context, ctx)))
 		return sv_fail_null(EINVAL, verb, "attr.td is not a thread domain of this context");
 	if ((a->comp_mask & IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS) && (!a->alloc || !a->free))
 		return sv_fail_null(EINVAL, verb, "allocators need both alloc and free");
@@ -171,4 +171,39 @@ SV_EXPORT int ibv_dealloc_pd(struct ibv_pd *ibpd)
 	atomic_fetch_sub(&sv_ctx(ibpd->context)->npd, 1);
 	free(pd);
 	return 0;
+}
+
+struct pd_key {
+	struct sv_context *c;
+	uint32_t handle;
+};
+
+static bool pd_match(const void *obj, const void *arg)
+{
+	const struct sv_pd *pd = obj;
+	const struct pd_key *k = arg;
+
+	return !pd->parent && pd->ibpd.handle == k->handle && sv_ctx(pd->ibpd.context) == k->c;
+}
+
+/*
+ * rdma-core 44 imports name the kernel object, so an imported PD is the
+ * PD itself: any holder may deallocate it (which destroys it for all),
+ * and unimporting frees nothing, as ibv_unimport_pd(3) says.
+ */
+SV_EXPORT struct ibv_pd *ibv_import_pd(struct ibv_context *ctx, uint32_t handle)
+{
+	if (!sv_context_live(ctx, "ibv_import_pd"))
+		return NULL;
+	struct pd_key k = { sv_ctx(ctx), handle };
+	struct sv_pd *pd = sv_obj_find(SV_OBJ_PD, pd_match, &k);
+	if (!pd)
+		return sv_fail_null(EINVAL, "ibv_import_pd", "handle %u names no PD of this context",
+				    handle);
+	return &pd->ibpd;
+}
+
+SV_EXPORT void ibv_unimport_pd(struct ibv_pd *pd)
+{
+	(void)pd;
 }

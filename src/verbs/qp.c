@@ -81,7 +81,7 @@ static int check_init_attr(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *
 			       "max_recv_wr 0)");
 	if (a->srq && !sv_obj_live(a->srq, SV_OBJ_SRQ))
 		return sv_fail(EINVAL, verb, "srq %p is not a live SRQ", (void *)a->srq);
-	if (a->srq && a->srq->context != ctx)
+	if (a->srq && !sv_same_ctx(a->srq->context, ctx))
 		return sv_fail(EINVAL, verb, "srq %p belongs to another device context", (void *)a->srq);
 	if (cap->max_send_wr > SV_MAX_QP_WR || (!a->srq && cap->max_recv_wr > SV_MAX_QP_WR))
 		return sv_fail(EINVAL, verb, "max_send_wr %u / max_recv_wr %u: max_qp_wr is %d",

@@ -105,7 +105,7 @@ int sv_close_xrcd(struct ibv_xrcd *ib)
 
 bool sv_xrcd_of(struct ibv_xrcd *ib, struct ibv_context *ctx, const char *verb)
 {
-	if (ib && sv_obj_live(ib, SV_OBJ_XRCD) && ib->context == ctx)
+	if (ib && sv_obj_live(ib, SV_OBJ_XRCD) && sv_same_ctx(ib->context, ctx))
 		return true;
 	sv_fail(EINVAL, verb, "xrcd %p is not an open XRC domain of this context", (void *)ib);
 	return false;

@@ -377,9 +377,6 @@ static void test_unsupported_is_eopnotsupp(void **state)
 	errno = 0;
 	assert_null(ibv_reg_dmabuf_mr(f->pd, 0, 4096, 0, 3, 0));
 	assert_int_equal(errno, EOPNOTSUPP);
-	errno = 0;
-	assert_null(ibv_import_pd(f->ctx, 1));
-	assert_int_equal(errno, EOPNOTSUPP);
 	struct ibv_counters_init_attr ca = { 0 };
 	errno = 0;
 	assert_null(ibv_create_counters(f->ctx, &ca));

@@ -187,6 +187,12 @@ int sv_reg_qpn_owner(uint32_t qpn, struct sv_reg_ep_info *out);
 void sv_reg_qpn_free(uint32_t qpn);
 void sv_reg_qpn_set_state(uint32_t qpn, enum ibv_qp_state state);
 void sv_reg_count_bytes(uint32_t ep, enum sv_copy_path path, uint64_t n);
+/* UD multicast: attach/detach a QPN to a group (0, ENOMEM, EINVAL), and
+ * the QPNs attached to a group, by GID or (without a GRH) by LID. */
+int sv_reg_mcast_attach(uint32_t qpn, const union ibv_gid *gid, uint16_t lid);
+int sv_reg_mcast_detach(uint32_t qpn, const union ibv_gid *gid, uint16_t lid);
+int sv_reg_mcast_members(const union ibv_gid *gid, uint16_t lid, bool by_gid, uint32_t *qpns,
+			 int max);
 /* Reclaims the entries of dead processes; returns how many. */
 int sv_reg_sweep(void);
 /* Snapshot for `softverbs status` and the tests. */

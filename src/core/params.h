@@ -59,6 +59,7 @@
 #define SV_QKEY_MASK		0xffffffffu
 #define SV_PSN_MASK		0xffffffu
 #define SV_QPN_MASK		0xffffffu
+#define SV_MCAST_QPN		0xffffffu	/* IBA 9.6.1.? : the multicast destination QP */
 
 /* Completion timestamps are CLOCK_MONOTONIC nanoseconds: a 1 GHz clock. */
 #define SV_HCA_CORE_CLOCK_KHZ	1000000ull
@@ -68,6 +69,8 @@
 #define SV_QPN_BASE		0x11
 #define SV_HOST_MAX_QP		65536
 #define SV_HOST_MAX_ENDPOINTS	4096
+#define SV_HOST_MAX_MCAST_ATTACH 4096	/* (QP, group) attachments */
+#define SV_MAX_MCAST_QP_ATTACH	64	/* members one multicast send reaches */
 
 /* IB unicast LIDs are 0x0001..0xbfff (IBA 4.1.3). */
 #define SV_LID_MAX_UNICAST	0xbfff

@@ -2,7 +2,8 @@
 /*
  * The host registry: one shared region per user in /dev/shm that every
  * softverbs process maps.  It holds the host-wide QPN allocation, the
- * ports' LIDs and the endpoint table (which process owns which QPNs).
+ * ports' LIDs, the endpoint table (which process owns which QPNs) and
+ * the UD multicast attachments (which QPN listens to which group).
  *
  * Layout: a header with magic, version and the offsets of the two tables,
  * computed in one place (layout()), then the endpoint table and the QPN
@@ -35,7 +36,7 @@
 #include "../sv.h"
 
 #define REG_MAGIC	0x47525653u	/* "SVRG" */
-#define REG_VERSION	2u
+#define REG_VERSION	3u
 
 struct reg_ep {
 	_Atomic uint32_t state;		/* enum sv_reg_ep_state */
@@ -54,11 +55,21 @@ struct reg_qpn {
 	uint16_t pad;
 };
 
+/* One QP attached to one multicast group.  Entries belong to their QPN:
+ * freeing the QPN (or the sweep freeing it) drops them. */
+struct reg_mcast {
+	uint32_t qpn;			/* 0 = free */
+	uint16_t lid;
+	uint16_t pad;
+	uint8_t gid[16];
+};
+
 struct reg_hdr {
 	uint32_t magic, version;
 	uint64_t size;
 	uint32_t off_eps, n_eps;
 	uint32_t off_qpns, n_qpns;
+	uint32_t off_mcast, n_mcast;
 	pthread_mutex_t lock;		/* robust, process-shared */
 	uint32_t qpn_cursor;		/* next QPN index to try */
 	uint16_t lid[SV_MAX_DEVICES];
@@ -82,6 +93,10 @@ static size_t layout(struct reg_hdr *h)
 	h->n_qpns = SV_HOST_MAX_QP;
 	h->off_qpns = (uint32_t)off;
 	off += h->n_qpns * sizeof(struct reg_qpn);
+	off = (off + 63) & ~(size_t)63;
+	h->n_mcast = SV_HOST_MAX_MCAST_ATTACH;
+	h->off_mcast = (uint32_t)off;
+	off += h->n_mcast * sizeof(struct reg_mcast);
 	return (off + 4095) & ~(size_t)4095;
 }
 
@@ -93,6 +108,23 @@ static struct reg_ep *eps(void)
 static struct reg_qpn *qpns(void)
 {
 	return (struct reg_qpn *)((char *)reg + reg->off_qpns);
+}
+
+static struct reg_mcast *mcasts(void)
+{
+	return (struct reg_mcast *)((char *)reg + reg->off_mcast);
+}
+
+/* Drops the attachments of QPNs that are free.  Caller holds reg->lock. */
+static void mcast_sweep_locked(void)
+{
+	for (uint32_t i = 0; i < reg->n_mcast; i++) {
+		struct reg_mcast *m = &mcasts()[i];
+		uint32_t q = m->qpn - SV_QPN_BASE;
+		if (m->qpn && (q >= reg->n_qpns ||
+			       !atomic_load_explicit(&qpns()[q].owner, memory_order_relaxed)))
+			m->qpn = 0;
+	}
 }
 
 uint64_t sv_proc_start_time(int32_t pid)
@@ -179,6 +211,7 @@ static int sweep_locked(void)
 			ep[o - 1].nqps++;
 		}
 	}
+	mcast_sweep_locked();
 	return freed;
 }
 
@@ -420,7 +453,69 @@ void sv_reg_qpn_free(uint32_t qpn)
 	if (o && o <= reg->n_eps && eps()[o - 1].nqps)
 		eps()[o - 1].nqps--;
 	atomic_store_explicit(&qpns()[i].owner, 0, memory_order_release);
+	mcast_sweep_locked();
 	reg_unlock();
+}
+
+static bool mcast_match(const struct reg_mcast *m, const union ibv_gid *gid, uint16_t lid)
+{
+	return !memcmp(m->gid, gid->raw, 16) && m->lid == lid;
+}
+
+int sv_reg_mcast_attach(uint32_t qpn, const union ibv_gid *gid, uint16_t lid)
+{
+	struct reg_mcast *free_slot = NULL;
+	int ret = 0;
+
+	reg_lock();
+	for (uint32_t i = 0; i < reg->n_mcast; i++) {
+		struct reg_mcast *m = &mcasts()[i];
+		if (m->qpn == qpn && mcast_match(m, gid, lid))
+			goto out;	/* attached already: nothing to do (rxe) */
+		if (!m->qpn && !free_slot)
+			free_slot = m;
+	}
+	if (!free_slot) {
+		ret = ENOMEM;
+		goto out;
+	}
+	memcpy(free_slot->gid, gid->raw, 16);
+	free_slot->lid = lid;
+	free_slot->qpn = qpn;
+out:
+	reg_unlock();
+	return ret;
+}
+
+int sv_reg_mcast_detach(uint32_t qpn, const union ibv_gid *gid, uint16_t lid)
+{
+	int ret = EINVAL;
+
+	reg_lock();
+	for (uint32_t i = 0; i < reg->n_mcast; i++) {
+		struct reg_mcast *m = &mcasts()[i];
+		if (m->qpn == qpn && mcast_match(m, gid, lid)) {
+			m->qpn = 0;
+			ret = 0;
+		}
+	}
+	reg_unlock();
+	return ret;
+}
+
+int sv_reg_mcast_members(const union ibv_gid *gid, uint16_t lid, bool by_gid, uint32_t *qpns_out,
+			 int max)
+{
+	int n = 0;
+
+	reg_lock();
+	for (uint32_t i = 0; i < reg->n_mcast && n < max; i++) {
+		struct reg_mcast *m = &mcasts()[i];
+		if (m->qpn && (by_gid ? !memcmp(m->gid, gid->raw, 16) : m->lid == lid))
+			qpns_out[n++] = m->qpn;
+	}
+	reg_unlock();
+	return n;
 }
 
 void sv_reg_count_bytes(uint32_t ep, enum sv_copy_path path, uint64_t n)

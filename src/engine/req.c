@@ -477,6 +477,37 @@ static enum sv_result do_atomic(struct sv_qp *qp, struct sv_swqe *w, struct sv_t
 	return SV_R_OK;
 }
 
+/* C10-15: a UD message is received only with the receiver's Q_Key; a
+ * Q_Key with its high bit set means the sending QP's own. */
+static bool qkey_ok(struct sv_qp *qp, const struct sv_swqe *w, const struct sv_target *t)
+{
+	uint32_t qkey = w->remote_qkey & 0x80000000u ? qp->attr.qkey : w->remote_qkey;
+
+	return qkey == atomic_load_explicit(&t->qp->qkey, memory_order_relaxed);
+}
+
+/* IBA 10.5.2.?: a UD send to the multicast QPN reaches every QP attached
+ * to the group but the sender (by GID when the address vector has a
+ * GRH, else by LID).  As for any UD message, a member without a receive
+ * WQE or with another Q_Key simply does not get it, and the send itself
+ * succeeds. */
+static enum sv_result send_mcast(struct sv_qp *qp, struct sv_swqe *w, struct iovec *liov, int nl,
+				 uint64_t len)
+{
+	uint32_t members[SV_MAX_MCAST_QP_ATTACH];
+	int n = sv_reg_mcast_members(&w->av.grh.dgid, w->av.dlid, w->av.is_global, members,
+				     (int)SV_ARRAY_SIZE(members));
+
+	for (int i = 0; i < n; i++) {
+		struct sv_target t;
+		if (members[i] == qp->ex.qp_base.qp_num || sv_resp_find(qp, members[i], &t) != SV_R_OK ||
+		    !qkey_ok(qp, w, &t))
+			continue;
+		deliver_recv(qp, w, &t, liov, nl, len, true);
+	}
+	return SV_R_OK;
+}
+
 /* BIND_MW and LOCAL_INV act on this context's own key table; their
  * failures are the requester's (rxe_do_local_ops). */
 static enum sv_result execute_local(struct sv_qp *qp, struct sv_swqe *w)
@@ -528,6 +559,8 @@ static enum sv_result execute(struct sv_qp *qp, struct sv_swqe *w)
 	if (type == IBV_QPT_UD && len > (128u << sv_config()->active_mtu))
 		return SV_R_LOC_LEN;
 
+	if (type == IBV_QPT_UD && w->remote_qpn == SV_MCAST_QPN)
+		return send_mcast(qp, w, liov, nl, len);
 	uint32_t qpn = type == IBV_QPT_UD ? w->remote_qpn : qp->attr.dest_qp_num;
 	t.why[0] = 0;
 	r = sv_resp_find(qp, qpn, &t);
@@ -540,12 +573,8 @@ static enum sv_result execute(struct sv_qp *qp, struct sv_swqe *w)
 		memcpy(last_why, t.why, sizeof(last_why));
 		return r;
 	}
-	if (type == IBV_QPT_UD) {
-		/* C10-15: the Q_Key with its high bit set is the QP's own. */
-		uint32_t qkey = w->remote_qkey & 0x80000000u ? qp->attr.qkey : w->remote_qkey;
-		if (qkey != atomic_load_explicit(&t.qp->qkey, memory_order_relaxed))
-			return SV_R_DROPPED;
-	}
+	if (type == IBV_QPT_UD && !qkey_ok(qp, w, &t))
+		return SV_R_DROPPED;
 
 	if (wi->flags & F_SEND)
 		return deliver_recv(qp, w, &t, liov, nl, len, true);

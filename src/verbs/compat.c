@@ -185,18 +185,6 @@ SV_EXPORT int ibv_resolve_eth_l2_from_gid(struct ibv_context *ctx, struct ibv_ah
 		       "neighbours to resolve");
 }
 
-SV_EXPORT int ibv_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
-{
-	(void)qp; (void)gid; (void)lid;
-	return sv_fail(EOPNOTSUPP, "ibv_attach_mcast", "UD multicast is not supported yet");
-}
-
-SV_EXPORT int ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
-{
-	(void)qp; (void)gid; (void)lid;
-	return sv_fail(EOPNOTSUPP, "ibv_detach_mcast", "UD multicast is not supported yet");
-}
-
 SV_EXPORT int ibv_query_ece(struct ibv_qp *qp, struct ibv_ece *ece)
 {
 	(void)qp; (void)ece;

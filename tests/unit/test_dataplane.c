@@ -489,6 +489,73 @@ static void test_solicited_events(void **state)
 	end_close(&b);
 }
 
+/* UD multicast: every attached QP but the sender gets a copy. */
+static void test_ud_multicast(void **state)
+{
+	(void)state;
+	struct qp_opts o = { .type = IBV_QPT_UD };
+	struct end a, b, c;
+	union ibv_gid mgid = { .raw = { 0xff, 0x12, 0x40, 0x1b, [15] = 0x42 } };
+	uint16_t mlid = 0xc001;
+
+	pair_up(&a, &b, &o);
+	end_open(&c, &o);
+	connect_qp(c.qp, &a, a.qp->qp_num, &o);
+	bool roce = a.port.link_layer == IBV_LINK_LAYER_ETHERNET;
+	/* What ib_attach_mcast() refuses. */
+	union ibv_gid ucast = a.gid;
+	assert_int_equal(ibv_attach_mcast(b.qp, &ucast, mlid), EINVAL);
+	if (!roce)
+		assert_int_equal(ibv_attach_mcast(b.qp, &mgid, 0x12), EINVAL);	/* unicast LID */
+	struct end r;
+	end_open(&r, &rc_default);
+	assert_int_equal(ibv_attach_mcast(r.qp, &mgid, mlid), EINVAL);	/* not UD */
+	end_close(&r);
+	assert_int_equal(ibv_detach_mcast(b.qp, &mgid, mlid), EINVAL);	/* not attached */
+
+	assert_int_equal(ibv_attach_mcast(b.qp, &mgid, mlid), 0);
+	assert_int_equal(ibv_attach_mcast(b.qp, &mgid, mlid), 0);	/* again: no change */
+	assert_int_equal(ibv_attach_mcast(c.qp, &mgid, mlid), 0);
+	assert_int_equal(ibv_attach_mcast(a.qp, &mgid, mlid), 0);	/* the sender too */
+	struct ibv_ah_attr aa = { .dlid = mlid, .port_num = 1, .is_global = 1 };
+	aa.grh.dgid = mgid;
+	struct ibv_ah *ah = ibv_create_ah(a.pd, &aa);
+	assert_non_null(ah);
+	struct ibv_sge sge = { (uintptr_t)a.buf, 6, a.mr->lkey };
+	struct ibv_send_wr wr = { .wr_id = 1, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND,
+				  .send_flags = IBV_SEND_SIGNALED }, *bad;
+	wr.wr.ud.ah = ah;
+	wr.wr.ud.remote_qpn = 0xffffff;
+	wr.wr.ud.remote_qkey = 0x1234;
+	for (int round = 0; round < 2; round++) {
+		post_recv(&a, a.buf + 1024, 128, 10);
+		post_recv(&b, b.buf, 128, 11);
+		post_recv(&c, c.buf, 128, 12);
+		strcpy(a.buf, round ? "again" : "group");
+		assert_int_equal(ibv_post_send(a.qp, &wr, &bad), 0);
+		assert_int_equal(poll_one(a.cq).status, IBV_WC_SUCCESS);
+		struct ibv_wc wb = poll_one(b.cq);
+		assert_int_equal(wb.status, IBV_WC_SUCCESS);
+		assert_int_equal(wb.src_qp, a.qp->qp_num);
+		assert_true(wb.wc_flags & IBV_WC_GRH);
+		assert_string_equal(b.buf + 40, a.buf);
+		if (round == 0) {
+			assert_int_equal(poll_one(c.cq).status, IBV_WC_SUCCESS);
+			assert_string_equal(c.buf + 40, "group");
+			/* c leaves the group before the second round. */
+			assert_int_equal(ibv_detach_mcast(c.qp, &mgid, mlid), 0);
+		} else {
+			assert_cq_empty(c.cq);	/* detached */
+		}
+		assert_cq_empty(a.cq);		/* never to the sender itself */
+		/* Drain the unused receives: flushed when the QPs are closed. */
+	}
+	ibv_destroy_ah(ah);
+	end_close(&a);
+	end_close(&b);
+	end_close(&c);
+}
+
 static void test_ud_grh_and_qkey(void **state)
 {
 	(void)state;
@@ -801,6 +868,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_srq_limit_event),
 		cmocka_unit_test(test_solicited_events),
 		cmocka_unit_test(test_ud_grh_and_qkey),
+		cmocka_unit_test(test_ud_multicast),
 		cmocka_unit_test(test_64mib_into_sleeping_private),
 		cmocka_unit_test(test_64mib_into_sleeping_sysv_shm),
 		cmocka_unit_test(test_64mib_into_sleeping_posix_shm),

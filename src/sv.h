@@ -426,7 +426,10 @@ struct sv_qp {
 	char *sq;
 	bool sq_from_app;		/* allocated by a parent domain's allocator */
 	uint32_t sq_size, sq_stride, sq_head, sq_count;
-	bool rnr_waiting;		/* head WQE waits for an RNR timer */
+	/* The head WQE waits for an RNR or retry timer.  Written under
+	 * sq_lock; the progress thread reads it without, as a hint, and then
+	 * takes the lock. */
+	atomic_bool rnr_waiting;
 	struct sv_qp *next;		/* context's list, under ctx->lock */
 	bool has_ex;			/* created with SEND_OPS_FLAGS */
 	struct sv_pd *pd;		/* NULL for XRC_RECV */

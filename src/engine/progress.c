@@ -34,7 +34,7 @@ static void deliver(struct sv_context *c, uint64_t *next)
 	uint64_t now = sv_now_ns();
 	for (struct sv_qp *qp = c->qps; qp; qp = qp->next) {
 		sv_qp_sync(qp);
-		if (!qp->rnr_waiting)
+		if (!atomic_load_explicit(&qp->rnr_waiting, memory_order_relaxed))
 			continue;
 		pthread_mutex_lock(&qp->sq_lock);
 		uint64_t due = qp->sq_count ? ((struct sv_swqe *)(qp->sq + (size_t)qp->sq_head *

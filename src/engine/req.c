@@ -673,9 +673,9 @@ void sv_sq_progress(struct sv_qp *qp)
 		}
 		if (st != IBV_QPS_RTS)
 			break;	/* SQD: held until RTS */
-		if (qp->rnr_waiting && sv_now_ns() < w->rnr_deadline)
+		if (atomic_load_explicit(&qp->rnr_waiting, memory_order_relaxed) && sv_now_ns() < w->rnr_deadline)
 			break;
-		qp->rnr_waiting = false;
+		atomic_store_explicit(&qp->rnr_waiting, false, memory_order_relaxed);
 		enum sv_result r = execute(qp, w);
 		enum ibv_qp_type type = qp->ex.qp_base.qp_type;
 
@@ -706,7 +706,7 @@ void sv_sq_progress(struct sv_qp *qp)
 				w->rnr_deadline = sv_now_ns() + (rnr ? sv_rnr_delay_ns(code) :
 							 qp->attr.timeout ? ack_timeout_ns(qp->attr.timeout) :
 							 UINT64_MAX / 2);
-				qp->rnr_waiting = true;
+				atomic_store_explicit(&qp->rnr_waiting, true, memory_order_relaxed);
 				sv_seg_ring(qp->ctx->seg.h);	/* the progress thread sets its timer */
 				break;
 			}
@@ -751,6 +751,6 @@ void sv_sq_flush(struct sv_qp *qp)
 		qp->sq_head = (qp->sq_head + 1) % qp->sq_size;
 		qp->sq_count--;
 	}
-	qp->rnr_waiting = false;
+	atomic_store_explicit(&qp->rnr_waiting, false, memory_order_relaxed);
 	pthread_mutex_unlock(&qp->sq_lock);
 }

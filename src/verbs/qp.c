@@ -429,7 +429,7 @@ static void enter_state(struct sv_qp *qp, enum ibv_qp_state cur, enum ibv_qp_sta
 		memset(&qp->attr, 0, sizeof(qp->attr));
 		pthread_mutex_lock(&qp->sq_lock);
 		qp->sq_count = 0;
-		qp->rnr_waiting = false;
+		atomic_store_explicit(&qp->rnr_waiting, false, memory_order_relaxed);
 		pthread_mutex_unlock(&qp->sq_lock);
 		if (qp->rq) {
 			sv_shm_lock(&qp->rq->lock);

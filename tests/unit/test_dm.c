@@ -120,10 +120,11 @@ static void test_dm_mr_rules(void **state)
 	assert_null(ibv_import_dm(f->ctx, dm->handle + 64));
 	assert_int_equal(errno, EINVAL);
 	assert_int_equal(ibv_dereg_mr(mr), 0);
+	uint32_t handle = dm->handle;
 	assert_int_equal(ibv_free_dm(dm), 0);
 	/* A freed DM's handle imports nothing. */
 	errno = 0;
-	assert_null(ibv_import_dm(f->ctx, dm->handle));
+	assert_null(ibv_import_dm(f->ctx, handle));
 	assert_int_equal(errno, EINVAL);
 }
 

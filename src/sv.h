@@ -200,6 +200,8 @@ int sv_reg_list_eps(struct sv_reg_ep_info *out, int max);
 int sv_reg_list_qps(struct sv_reg_qp_info *out, int max);
 /* Checks the registry's invariants; returns 0 or a description. */
 const char *sv_reg_check(void);
+/* Running (not gone, not a zombie) and, unless start_time is 0, the
+ * process that started then. */
 bool sv_proc_alive(int32_t pid, uint64_t start_time);
 uint64_t sv_proc_start_time(int32_t pid);
 

@@ -172,7 +172,7 @@ bool sv_proc_alive(int32_t pid, uint64_t start_time)
 		}
 		fclose(f);
 	}
-	return st == start_time && state != 'Z' && state != 'X';
+	return (!start_time || st == start_time) && state != 'Z' && state != 'X';
 }
 
 /* Frees every entry whose owner is gone.  Caller holds reg->lock. */

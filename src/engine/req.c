@@ -202,7 +202,8 @@ static void queue_wr(struct sv_qp *qp, const struct ibv_send_wr *wr)
 		w->num_sge = 0;
 	} else {
 		w->num_sge = (uint32_t)wr->num_sge;
-		memcpy(w->sge, wr->sg_list, (size_t)wr->num_sge * sizeof(w->sge[0]));
+		if (wr->num_sge)	/* sg_list may be NULL then */
+			memcpy(w->sge, wr->sg_list, (size_t)wr->num_sge * sizeof(w->sge[0]));
 	}
 	qp->sq_count++;
 }

@@ -152,7 +152,8 @@ static void wr_set_sge_list(struct ibv_qp_ex *qx, size_t num, const struct ibv_s
 	}
 	w->num_sge = (uint32_t)num;
 	w->inline_len = 0;
-	memcpy(w->sge, sg, num * sizeof(*sg));
+	if (num)
+		memcpy(w->sge, sg, num * sizeof(*sg));
 }
 
 static void wr_set_sge(struct ibv_qp_ex *qx, uint32_t lkey, uint64_t addr, uint32_t length)

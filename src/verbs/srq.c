@@ -245,7 +245,8 @@ int sv_wq_post(struct shm_hdr *h, struct shm_wq *wq, const struct ibv_recv_wr *w
 	struct shm_rwqe *w = shm_wq_slot(h, wq, wq->head + wq->count);
 	w->wr_id = wr->wr_id;
 	w->num_sge = (uint32_t)wr->num_sge;
-	memcpy(w->sge, wr->sg_list, (size_t)wr->num_sge * sizeof(w->sge[0]));
+	if (wr->num_sge)	/* sg_list may be NULL then */
+		memcpy(w->sge, wr->sg_list, (size_t)wr->num_sge * sizeof(w->sge[0]));
 	wq->count++;
 	return 0;
 }

@@ -155,8 +155,11 @@ static int bounce_chunk(struct shm_hdr *t, struct shm_hdr *own, bool write,
 			sv_bounce_serve(own);
 		struct timespec ts = { 0, 200000 };
 		syscall(SYS_futex, &b->done, FUTEX_WAIT, seq - 1, &ts, NULL, 0);
-		if (waited % 5000 == 4999 && kill(t->pid, 0) && errno == ESRCH)
-			return ESRCH;	/* the target died: nobody will serve */
+		/* Once a second: a target that died (or is a zombie its
+		 * parent has not reaped, which kill(pid, 0) would not tell)
+		 * will never serve. */
+		if (waited % 5000 == 4999 && !sv_proc_alive(t->pid, 0))
+			return ESRCH;
 	}
 	if (b->status)
 		return b->status;

@@ -415,6 +415,25 @@ struct sv_swqe {
 	struct ibv_sge sge[];		/* num_sge entries, then inline bytes */
 };
 
+/* What the requester resolved last for a QP (engine/resp.c), so that the
+ * next operation to the same place takes no lock: the peer's segment
+ * (peers stay mapped for the life of the process), and the direct
+ * mapping of the last MR it reached (mappings are never unmapped).  Both
+ * are revalidated on every use, and used under the QP's sq_lock. */
+struct sv_peer_cache {
+	struct shm_hdr *seg;
+	uint32_t ep;
+	int32_t pid;
+	uint64_t start_time;
+};
+
+struct sv_map_cache {
+	const struct shm_mr *mr;	/* the entry, in the peer's segment */
+	uint32_t key;
+	uint64_t addr, length, share_off;
+	char *base;			/* this process's address of addr; NULL: not mappable */
+};
+
 struct sv_qp {
 	struct ibv_qp_ex ex;		/* ex.qp_base is the ibv_qp */
 	struct sv_context *ctx;
@@ -443,6 +462,8 @@ struct sv_qp {
 	struct ibv_qp_attr attr;	/* everything modify_qp has set */
 	pthread_mutex_t lock;
 	uint32_t events_reported;
+	struct sv_peer_cache peer;
+	struct sv_map_cache map;
 	int wr_err;			/* ibv_wr_* batch: first error */
 	uint32_t wr_n;			/* ibv_wr_* batch: WQEs built */
 };

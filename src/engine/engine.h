@@ -42,6 +42,7 @@ struct sv_target {
 	 * memory: the QP itself, or for XRC the SRQ the request names. */
 	struct shm_qp *rx;
 	int32_t pid;
+	struct sv_map_cache *cache;	/* the initiating QP's */
 	bool mapped;		/* the last buffer resolved is mapped here (direct path) */
 	char why[160];		/* the failed check, for explain mode */
 };

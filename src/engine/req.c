@@ -276,25 +276,33 @@ static enum sv_result local_iov(struct sv_qp *qp, struct sv_swqe *w, bool write,
 		}
 		return SV_R_OK;
 	}
+	/* The lkeys are checked against this context's own shared MR table,
+	 * which holds everything the check needs: no lock, no lookup. */
+	const struct shm_hdr *own = qp->ctx->seg.h;
 	for (uint32_t i = 0; i < w->num_sge; i++) {
 		const struct ibv_sge *s = &w->sge[i];
 		if (!s->length)
 			continue;
-		struct sv_mr *mr = sv_keytab_lookup(&qp->ctx->mrs, s->lkey, SHM_KIND_MR);
+		uint32_t idx = s->lkey >> 8;
+		const struct shm_mr *mr = idx && idx < own->n_mrs ? &shm_mrs(own)[idx] : NULL;
+		/* Pairs with the release store of the key in mr_publish(). */
+		if (mr && (atomic_load_explicit(&mr->key, memory_order_acquire) != s->lkey ||
+			   mr->kind != SHM_KIND_MR))
+			mr = NULL;
 		/* C10-?? (10.6.3.1): the lkey must name an MR of the QP's PD
 		 * covering the SGE, writable when the HCA writes into it. */
-		if (!mr || sv_pd_base(mr->pd) != sv_pd_base(qp->pd) || s->addr < mr->iova ||
-		    s->length > mr->ibmr.length || s->addr - mr->iova > mr->ibmr.length - s->length ||
+		if (!mr || mr->pd != qp->sh->pd || s->addr < mr->iova || s->length > mr->length ||
+		    s->addr - mr->iova > mr->length - s->length ||
 		    (write && !(mr->access & IBV_ACCESS_LOCAL_WRITE))) {
 			snprintf(last_why, sizeof(last_why), "lkey 0x%x %s [0x%llx, +%u)", s->lkey,
 				 !mr ? "is not registered, so it cannot cover" :
-				 sv_pd_base(mr->pd) != sv_pd_base(qp->pd) ? "is in another PD than the QP, for" :
+				 mr->pd != qp->sh->pd ? "is in another PD than the QP, for" :
 				 write && !(mr->access & IBV_ACCESS_LOCAL_WRITE) ?
 				 "lacks IBV_ACCESS_LOCAL_WRITE, needed to write" : "does not cover",
 				 (unsigned long long)s->addr, s->length);
 			return SV_R_LOC_PROT;
 		}
-		iov[*n].iov_base = (char *)mr->ibmr.addr + (s->addr - mr->iova);
+		iov[*n].iov_base = (void *)(uintptr_t)(mr->addr + (s->addr - mr->iova));
 		iov[*n].iov_len = s->length;
 		(*n)++;
 		*len += s->length;

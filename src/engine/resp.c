@@ -29,9 +29,19 @@ enum sv_result sv_resp_find(struct sv_qp *qp, uint32_t qpn, struct sv_target *t)
 	/* No owner, no segment or no such QP: nothing answers (9.7.6). */
 	if (sv_reg_qpn_owner(qpn, &ep))
 		return SV_R_NO_RESPONSE;
-	t->seg = sv_seg_peer(ep.index, ep.pid, ep.start_time);
+	struct sv_peer_cache *pc = &qp->peer;
+	if (pc->seg && pc->ep == ep.index && pc->pid == ep.pid && pc->start_time == ep.start_time) {
+		t->seg = pc->seg;
+	} else {
+		t->seg = sv_seg_peer(ep.index, ep.pid, ep.start_time);
+		/* This process's own segments are unmapped when their context
+		 * closes, so only peers' are remembered. */
+		if (t->seg && ep.pid != sv_pid())
+			*pc = (struct sv_peer_cache){ t->seg, ep.index, ep.pid, ep.start_time };
+	}
 	if (!t->seg)
 		return SV_R_NO_RESPONSE;
+	t->cache = &qp->map;
 	t->qseg = t->seg;
 	t->qp = sv_seg_qp(t->seg, qpn);
 	t->rx = t->qp;
@@ -121,6 +131,23 @@ void sv_resp_mr_put(const struct shm_hdr *h, struct shm_mr *mr)
 	put_entry(mr);
 }
 
+/* This process's address for target address va of held MR m, when the
+ * direct path applies: from the QP's cache while m is the same
+ * registration, else from direct.c, which maps the whole MR. */
+static void *direct_map(struct sv_target *t, const struct shm_mr *m, uint64_t va)
+{
+	struct sv_map_cache *c = t->cache;
+
+	if (!try_direct(t))
+		return NULL;
+	if (c->mr != m || c->key != atomic_load_explicit(&m->key, memory_order_relaxed) ||
+	    c->addr != m->addr || c->length != m->length || c->share_off != m->share_off)
+		*c = (struct sv_map_cache){ m, atomic_load_explicit(&m->key, memory_order_relaxed),
+					    m->addr, m->length, m->share_off,
+					    sv_direct_map(t->seg, m, m->addr, m->length) };
+	return c->base ? c->base + (va - m->addr) : NULL;
+}
+
 /* [va, va + len) inside the MR's IOVA range, without overflow. */
 static bool in_bounds(const struct shm_mr *m, uint64_t va, uint64_t len)
 {
@@ -202,7 +229,7 @@ enum sv_result sv_resp_mr_get(struct sv_target *t, uint32_t rkey, uint64_t va, u
 	}
 	*mr = m;
 	uint64_t tva = m->addr + (va - m->iova);
-	void *local = try_direct(t) ? sv_direct_map(t->seg, region, tva, len) : NULL;
+	void *local = direct_map(t, region, tva);
 	t->mapped = local != NULL;
 	*addr = local ? local : (void *)(uintptr_t)tva;
 	return SV_R_OK;
@@ -263,8 +290,7 @@ enum sv_result sv_resp_recv_iov(struct sv_target *t, const struct shm_rwqe *w, s
 	void *local[SV_MAX_SGE];
 	t->mapped = try_direct(t);
 	for (uint32_t i = 0; i < w->num_sge && t->mapped; i++) {
-		local[i] = w->sge[i].length ? sv_direct_map(t->seg, held[i], (uintptr_t)iov[i].iov_base,
-							     w->sge[i].length) : NULL;
+		local[i] = w->sge[i].length ? direct_map(t, held[i], (uintptr_t)iov[i].iov_base) : NULL;
 		t->mapped = !w->sge[i].length || local[i];
 	}
 	for (uint32_t i = 0; i < w->num_sge && t->mapped; i++)

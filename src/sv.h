@@ -612,7 +612,7 @@ struct ibv_mr *sv_mr_new(struct ibv_pd *pd, void *addr, size_t length, uint64_t 
 /* The shared table entry (shm.h) of an MR or MW key of this context. */
 struct shm_mr *sv_key_entry(struct ibv_context *ctx, uint32_t key);
 /* Clears an entry's key, then waits until no initiator holds it. */
-void sv_key_revoke(struct shm_mr *e, uint32_t key);
+void sv_key_revoke(const struct shm_hdr *h, struct shm_mr *e, uint32_t key);
 int sv_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32_t flags,
 		 struct ibv_sge *sg, uint32_t num_sge);
 void sv_mr_release_all(struct ibv_context *ctx);

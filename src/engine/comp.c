@@ -47,7 +47,11 @@ bool sv_cq_push(struct shm_hdr *h, struct shm_cq *cq, const struct shm_cqe *e)
 		ok = false;
 		ring = true;
 	} else {
-		shm_cq_ring(h, cq)[(cq->head + n) % cq->size] = *e;
+		struct shm_cqe *slot = &shm_cq_ring(h, cq)[(cq->head + n) % cq->size];
+		*slot = *e;
+		/* The clock is read only for CQs that report it. */
+		if (cq->stamp)
+			slot->ts = sv_now_ns();
 		/* Pairs with the acquire load of count in the owner's poll:
 		 * the entry is complete before it is counted. */
 		atomic_store_explicit(&cq->count, n + 1, memory_order_release);
@@ -93,7 +97,7 @@ void sv_flush_rq(struct sv_qp *qp)
 		struct shm_rwqe *w = shm_wq_slot(h, wq, wq->head);
 		struct shm_cqe e = { .wr_id = w->wr_id, .status = IBV_WC_WR_FLUSH_ERR,
 				     .opcode = IBV_WC_RECV, .qp_num = qp->ex.qp_base.qp_num,
-				     .ts = sv_now_ns() };
+ };
 		wq->head = (wq->head + 1) % wq->size;
 		wq->count--;
 		sv_cq_push(h, qp->rcq->sh, &e);

@@ -208,6 +208,9 @@ static void queue_wr(struct sv_qp *qp, const struct ibv_send_wr *wr)
 	qp->sq_count++;
 }
 
+static int sq_run(struct sv_qp *qp);
+static void sq_after(struct sv_qp *qp, int run);
+
 int sv_post_send(struct ibv_qp *ib, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
 {
 	struct sv_qp *qp = sv_qp(ib);
@@ -242,8 +245,11 @@ int sv_post_send(struct ibv_qp *ib, struct ibv_send_wr *wr, struct ibv_send_wr *
 		}
 		queue_wr(qp, wr);
 	}
+	/* Run what was queued (also the WRs before a bad one) in the same
+	 * hold of the lock: one lock round trip per post. */
+	int run = sq_run(qp);
 	pthread_mutex_unlock(&qp->sq_lock);
-	sv_sq_progress(qp);
+	sq_after(qp, run);
 	return ret;
 }
 
@@ -419,7 +425,6 @@ static enum sv_result deliver_recv(struct sv_qp *qp, struct sv_swqe *w, struct s
 		.byte_len = (uint32_t)(data ? need : len), .qp_num = t->qp->qpn,
 		.src_qp = qp->ex.qp_base.qp_num, .slid = qp->slid,
 		.sl = w->av.sl, .solicited = !!(w->send_flags & IBV_SEND_SOLICITED),
-		.ts = sv_now_ns(),
 	};
 	if (wr_info[w->opcode].flags & (F_IMM | F_INV)) {
 		e.imm = w->imm;		/* imm_data, or invalidated_rkey */
@@ -649,7 +654,7 @@ static bool complete(struct sv_qp *qp, struct sv_swqe *w, enum ibv_wc_status sta
 		return true;
 	struct shm_cqe e = {
 		.wr_id = w->wr_id, .status = status, .opcode = wr_info[w->opcode].wc,
-		.qp_num = qp->ex.qp_base.qp_num, .byte_len = (uint32_t)len, .ts = sv_now_ns(),
+		.qp_num = qp->ex.qp_base.qp_num, .byte_len = (uint32_t)len,
 	};
 	if (sv_cq_push(qp->ctx->seg.h, qp->scq->sh, &e))
 		return true;
@@ -667,11 +672,13 @@ static uint64_t wqe_len(struct sv_swqe *w)
 	return len;
 }
 
-void sv_sq_progress(struct sv_qp *qp)
+enum { RUN_OK, RUN_FAILED, RUN_OVERRUN };
+
+/* Executes the send queue from its head; the caller holds sq_lock. */
+static int sq_run(struct sv_qp *qp)
 {
 	bool failed = false, overrun = false;
 
-	pthread_mutex_lock(&qp->sq_lock);
 	while (qp->sq_count && !failed) {
 		enum ibv_qp_state st = atomic_load_explicit(&qp->sh->state, memory_order_relaxed);
 		struct sv_swqe *w = sv_sq_slot(qp, qp->sq_head);
@@ -734,17 +741,28 @@ void sv_sq_progress(struct sv_qp *qp)
 		qp->sq_head = (qp->sq_head + 1) % qp->sq_size;
 		qp->sq_count--;
 	}
-	pthread_mutex_unlock(&qp->sq_lock);
+	return overrun ? RUN_OVERRUN : failed ? RUN_FAILED : RUN_OK;
+}
+
+/* What a run left to do once sq_lock is released. */
+static void sq_after(struct sv_qp *qp, int run)
+{
 	/* IBA 11.6.3.1: a completion the CQ cannot take is a catastrophic
 	 * error of the QP too (as well as the CQ's CQ_ERR). */
-	if (overrun) {
+	if (run == RUN_OVERRUN)
 		sv_qp_to_err(qp, IBV_EVENT_QP_FATAL);
-		return;
-	}
 	/* C10-?? (10.8.3.3): an error completion takes the QP to ERR, and
 	 * every WQE behind it is flushed. */
-	if (failed)
+	else if (run == RUN_FAILED)
 		sv_qp_to_err(qp, -1);
+}
+
+void sv_sq_progress(struct sv_qp *qp)
+{
+	pthread_mutex_lock(&qp->sq_lock);
+	int run = sq_run(qp);
+	pthread_mutex_unlock(&qp->sq_lock);
+	sq_after(qp, run);
 }
 
 void sv_sq_flush(struct sv_qp *qp)
@@ -755,7 +773,7 @@ void sv_sq_flush(struct sv_qp *qp)
 		/* C10-?? (10.3.1.7): flushed WQEs complete even when unsignaled. */
 		struct shm_cqe e = { .wr_id = w->wr_id, .status = IBV_WC_WR_FLUSH_ERR,
 				     .opcode = wr_info[w->opcode].wc,
-				     .qp_num = qp->ex.qp_base.qp_num, .ts = sv_now_ns() };
+				     .qp_num = qp->ex.qp_base.qp_num };
 		sv_cq_push(qp->ctx->seg.h, qp->scq->sh, &e);
 		qp->sq_head = (qp->sq_head + 1) % qp->sq_size;
 		qp->sq_count--;

@@ -103,18 +103,18 @@ static struct shm_mr *hold_mr(const struct shm_hdr *h, uint32_t key)
 	struct shm_mr *m = &shm_mrs(h)[idx];
 	if (atomic_load(&m->key) != key)
 		return NULL;
-	atomic_fetch_add(&m->users, 1);
+	atomic_fetch_add(shm_mr_users(h, m), 1);
 	if (atomic_load(&m->key) != key) {
-		atomic_fetch_sub(&m->users, 1);
+		atomic_fetch_sub(shm_mr_users(h, m), 1);
 		return NULL;
 	}
 	return m;
 }
 
-static void put_entry(struct shm_mr *m)
+static void put_entry(const struct shm_hdr *h, struct shm_mr *m)
 {
 	if (m)
-		atomic_fetch_sub(&m->users, 1);
+		atomic_fetch_sub(shm_mr_users(h, m), 1);
 }
 
 /* The MR a held window lies in.  Its fields are stable while the window
@@ -127,8 +127,8 @@ static struct shm_mr *window_mr(const struct shm_hdr *h, const struct shm_mr *w)
 void sv_resp_mr_put(const struct shm_hdr *h, struct shm_mr *mr)
 {
 	if (mr && mr->kind != SHM_KIND_MR)
-		put_entry(window_mr(h, mr));
-	put_entry(mr);
+		put_entry(h, window_mr(h, mr));
+	put_entry(h, mr);
 }
 
 /* This process's address for target address va of held MR m, when the
@@ -215,8 +215,8 @@ enum sv_result sv_resp_mr_get(struct sv_target *t, uint32_t rkey, uint64_t va, u
 				 "window rkey 0x%x was bound through qpn 0x%x, not target qpn 0x%x" :
 				 "window rkey 0x%x lies in MR key 0x%x, which was deregistered", rkey,
 				 region ? m->mw.qpn : m->mw.mr_key, t->qp->qpn);
-			put_entry(region);
-			put_entry(m);
+			put_entry(t->seg, region);
+			put_entry(t->seg, m);
 			return SV_R_NAK_ACCESS;
 		}
 	}
@@ -312,7 +312,7 @@ void sv_resp_fail(struct sv_target *t, const struct shm_rwqe *wqe, enum ibv_wc_s
 {
 	if (wqe) {
 		struct shm_cqe e = { .wr_id = wqe->wr_id, .status = status, .opcode = IBV_WC_RECV,
-				     .qp_num = t->qp->qpn, .ts = sv_now_ns() };
+				     .qp_num = t->qp->qpn };
 		sv_cq_push(t->seg, shm_at(t->seg, t->rx->rcq_off), &e);
 	}
 	/* No initiator may deliver to the QP from now on.  The owner applies

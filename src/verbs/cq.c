@@ -292,6 +292,8 @@ struct ibv_cq_ex *sv_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_at
 	pthread_mutex_init(&ex->mutex, NULL);
 	pthread_cond_init(&ex->cond, NULL);
 	cq->wc_flags = a->wc_flags;
+	cq->sh->stamp = !!(a->wc_flags & (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP |
+					  IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK));
 	if (a->channel) {
 		cq->ch = (struct sv_channel *)a->channel;
 		pthread_mutex_lock(&ctx->mutex);

@@ -105,19 +105,20 @@ static void mr_describe(struct sv_mr *mr)
 			sv_direct_describe(&c->seg, mr->ibmr.addr, mr->ibmr.length);
 }
 
-void sv_key_revoke(struct shm_mr *e, uint32_t key)
+void sv_key_revoke(const struct shm_hdr *h, struct shm_mr *e, uint32_t key)
 {
+	_Atomic uint32_t *users = shm_mr_users(h, e);
 	uint64_t start = sv_now_ns();
 
 	e->revoked_key = key;
 	e->revoked_ns = sv_now_ns();
 	atomic_store(&e->key, 0);
-	while (atomic_load(&e->users)) {
+	while (atomic_load(users)) {
 		/* Holders finish one copy; only a peer that died mid-copy
 		 * could hold on, and it can no longer write. */
 		if (sv_now_ns() - start > 2000000000ull) {
 			sv_warn("key 0x%x: a peer still holds it after 2 s; revoking anyway", key);
-			atomic_store(&e->users, 0);
+			atomic_store(users, 0);
 			break;
 		}
 		sched_yield();
@@ -126,7 +127,7 @@ void sv_key_revoke(struct shm_mr *e, uint32_t key)
 
 static void mr_revoke(struct sv_mr *mr)
 {
-	sv_key_revoke(mr_entry(mr), mr->ibmr.lkey);
+	sv_key_revoke(sv_ctx(mr->ibmr.context)->seg.h, mr_entry(mr), mr->ibmr.lkey);
 }
 
 static int check_range(void *addr, size_t length, const char *verb)

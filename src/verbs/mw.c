@@ -71,7 +71,7 @@ static void mw_free(struct sv_mw *mw)
 	uint32_t cur = atomic_load(&e->key);
 
 	if (cur)
-		sv_key_revoke(e, cur);
+		sv_key_revoke(sv_ctx(mw->ibmw.context)->seg.h, e, cur);
 	sv_keytab_free(&c->mrs, mw->key);
 	atomic_fetch_sub(&mw->pd->users, 1);
 	free(mw);
@@ -184,7 +184,7 @@ int sv_mw_exec_bind(struct sv_qp *qp, struct ibv_mw *ibmw, uint32_t rkey,
 	struct shm_mr *e = sv_key_entry(ibmw->context, rkey);
 	uint32_t cur = atomic_load(&e->key);
 	if (cur)
-		sv_key_revoke(e, cur);
+		sv_key_revoke(sv_ctx(mw->ibmw.context)->seg.h, e, cur);
 	/* The key table follows the rkey, so LOCAL_INV finds it. */
 	sv_keytab_rekey(&sv_ctx(ibmw->context)->mrs, mw->key, rkey);
 	mw->key = rkey;
@@ -225,6 +225,6 @@ int sv_mw_exec_local_inv(struct sv_qp *qp, uint32_t rkey, char *why, size_t len)
 	struct shm_mr *e = sv_key_entry(mw->ibmw.context, rkey);
 	if (atomic_load(&e->key) != rkey)
 		return WHY("window rkey 0x%x is not bound (invalidated already?)", rkey);
-	sv_key_revoke(e, rkey);
+	sv_key_revoke(sv_ctx(mw->ibmw.context)->seg.h, e, rkey);
 	return 0;
 }

@@ -61,6 +61,8 @@ static uint64_t shm_layout(struct shm_hdr *h)
 	h->n_mrs = SV_MAX_MR + 1;	/* key index 0 is never issued */
 	h->off_mrs = off;
 	off = align_up(off + (uint64_t)h->n_mrs * sizeof(struct shm_mr));
+	h->off_mr_users = off;
+	off = align_up(off + (uint64_t)h->n_mrs * sizeof(struct shm_mr_users));
 	h->n_qps = SV_HOST_MAX_QP;
 	h->off_qps = off;
 	off = align_up(off + (uint64_t)h->n_qps * sizeof(uint64_t));

@@ -4,7 +4,7 @@
  * transport.  Every field is a fixed-size type at a fixed offset; peers
  * locate objects by offsets from the segment base, never by pointers.
  *
- *   header | MR table | QPN directory | heap (CQs, receive queues)
+ *   header | MR table | MR holders | QPN directory | bounce | heap
  *
  * The owner creates and lays out the segment (shm_layout()), then stores
  * `ready` last with release; a peer maps it, loads `ready` with acquire and
@@ -29,7 +29,7 @@
 #include <stdint.h>
 
 #define SHM_MAGIC	0x4d485653u	/* "SVHM" */
-#define SHM_VERSION	2u
+#define SHM_VERSION	3u
 #define SHM_SEG_SIZE	(256ull << 20)	/* sparse: only touched pages cost memory */
 #define SHM_ALIGN	64u
 
@@ -50,7 +50,7 @@ struct shm_mr {
 	_Atomic uint32_t key;		/* lkey/rkey; 0 = none.  Stored last (release). */
 	uint32_t access;
 	uint32_t pd;			/* PD handle: rkey and QP must share it */
-	_Atomic uint32_t users;		/* initiators between check and copy end */
+	uint32_t pad0;
 	uint64_t addr, length, iova;
 	/* For explanations only: the key last revoked here, and when
 	 * (CLOCK_MONOTONIC ns, which is system-wide). */
@@ -78,6 +78,18 @@ struct shm_share {
 	char path[256];			/* FILE */
 };
 _Static_assert(sizeof(struct shm_mr) == 64, "one cache line per MR");
+
+/*
+ * The initiators between their check of an entry and the end of their
+ * copy, one cache line per MR index, apart from the entry: initiators
+ * write it on every access, while the owner reads its own entry on every
+ * post (its lkeys), and sharing one line would move it between their
+ * cores on each operation.
+ */
+struct shm_mr_users {
+	_Atomic uint32_t n;
+	uint8_t pad[60];
+};
 
 /* The header of a device-memory block; the data follows at the next
  * SHM_ALIGN-or-requested boundary, and a DM's handle is that offset.
@@ -131,6 +143,8 @@ struct shm_cq {
 	_Atomic uint32_t armed;		/* 0, 1 = next completion, 2 = next solicited */
 	_Atomic uint32_t notify;	/* an event is due: the owner delivers it */
 	_Atomic uint32_t overrun;	/* a completion found the CQ full */
+	uint32_t stamp;			/* producers timestamp completions (set at creation) */
+	uint32_t pad;
 	uint64_t ring_off;
 };
 
@@ -185,6 +199,7 @@ struct shm_hdr {
 	int32_t pid;
 	uint32_t ep;
 	uint64_t off_mrs;
+	uint64_t off_mr_users;		/* struct shm_mr_users[n_mrs] */
 	uint32_t n_mrs;
 	uint32_t n_qps;
 	uint64_t off_qps;		/* uint64_t[n_qps]: QP block offset by QPN index */
@@ -204,6 +219,13 @@ static inline void *shm_at(const struct shm_hdr *h, uint64_t off)
 static inline struct shm_mr *shm_mrs(const struct shm_hdr *h)
 {
 	return shm_at(h, h->off_mrs);
+}
+
+static inline _Atomic uint32_t *shm_mr_users(const struct shm_hdr *h, const struct shm_mr *m)
+{
+	struct shm_mr_users *u = shm_at(h, h->off_mr_users);
+
+	return &u[m - shm_mrs(h)].n;
 }
 
 static inline _Atomic uint64_t *shm_qp_dir(const struct shm_hdr *h)

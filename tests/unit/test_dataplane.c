@@ -489,6 +489,40 @@ static void test_solicited_events(void **state)
 	end_close(&b);
 }
 
+/* ODP: registration does not need the pages, and a page unmapped after
+ * registration fails that one access cleanly (Remote Operational Error,
+ * as a page fault the device cannot resolve), while the rest of the MR
+ * still works. */
+static void test_odp_page_unmapped_after_registration(void **state)
+{
+	(void)state;
+	struct end a, b;
+	long pg = sysconf(_SC_PAGESIZE);
+
+	pair_up(&a, &b, &rc_default);
+	char *m = mmap(NULL, (size_t)pg * 3, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+		       -1, 0);
+	struct ibv_mr *odp = ibv_reg_mr(b.pd, m, (size_t)pg * 3, ALL_ACCESS | IBV_ACCESS_ON_DEMAND);
+	assert_non_null(odp);
+	assert_int_equal(munmap(m + pg, (size_t)pg), 0);
+	strcpy(a.buf, "odp");
+	assert_int_equal(post(&a, IBV_WR_RDMA_WRITE, a.buf, 4, a.mr->lkey, (uintptr_t)m + 2 * pg,
+			      odp->rkey, 1, IBV_SEND_SIGNALED), 0);
+	assert_int_equal(poll_one(a.cq).status, IBV_WC_SUCCESS);
+	assert_string_equal(m + 2 * pg, "odp");
+	assert_int_equal(post(&a, IBV_WR_RDMA_WRITE, a.buf, 4, a.mr->lkey, (uintptr_t)m + pg + 8,
+			      odp->rkey, 2, IBV_SEND_SIGNALED), 0);
+	struct ibv_wc wc = poll_one(a.cq);
+	assert_int_equal(wc.wr_id, 2);
+	assert_int_equal(wc.status, IBV_WC_REM_OP_ERR);
+	assert_int_equal(qp_state(a.qp), IBV_QPS_ERR);
+	assert_int_equal(ibv_dereg_mr(odp), 0);
+	munmap(m, (size_t)pg);
+	munmap(m + 2 * pg, (size_t)pg);
+	end_close(&a);
+	end_close(&b);
+}
+
 /* UD multicast: every attached QP but the sender gets a copy. */
 static void test_ud_multicast(void **state)
 {
@@ -869,6 +903,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_solicited_events),
 		cmocka_unit_test(test_ud_grh_and_qkey),
 		cmocka_unit_test(test_ud_multicast),
+		cmocka_unit_test(test_odp_page_unmapped_after_registration),
 		cmocka_unit_test(test_64mib_into_sleeping_private),
 		cmocka_unit_test(test_64mib_into_sleeping_sysv_shm),
 		cmocka_unit_test(test_64mib_into_sleeping_posix_shm),

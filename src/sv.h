@@ -113,6 +113,9 @@ bool sv_obj_del(const void *obj, enum sv_obj_type type);
  * match runs under the table's lock and must not call into it. */
 void *sv_obj_find(enum sv_obj_type type, bool (*match)(const void *obj, const void *arg),
 		  const void *arg);
+/* Removes every live object of ctx with the given type and frees each
+ * with free_fn (a closing context's leftovers). */
+void sv_obj_release_all(struct ibv_context *ctx, enum sv_obj_type type, void (*free_fn)(void *obj));
 /* Calls fn for every live object of ctx with the given type. */
 void sv_obj_foreach(struct ibv_context *ctx, enum sv_obj_type type,
 		    void (*fn)(void *obj, void *arg), void *arg);

@@ -149,3 +149,23 @@ void *sv_obj_find(enum sv_obj_type type, bool (*match)(const void *obj, const vo
 	pthread_mutex_unlock(&lock);
 	return (void *)found;
 }
+
+struct release {
+	enum sv_obj_type type;
+	void (*free_fn)(void *obj);
+};
+
+static void release_one(void *obj, void *arg)
+{
+	const struct release *r = arg;
+
+	if (sv_obj_del(obj, r->type))
+		r->free_fn(obj);
+}
+
+void sv_obj_release_all(struct ibv_context *ctx, enum sv_obj_type type, void (*free_fn)(void *obj))
+{
+	struct release r = { type, free_fn };
+
+	sv_obj_foreach(ctx, type, release_one, &r);
+}

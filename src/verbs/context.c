@@ -141,12 +141,6 @@ static void release_ah(void *o, void *a) { (void)a; sv_ah_release(o); }
 static void release_srq(void *o, void *a) { (void)a; sv_srq_release(o); }
 static void release_cq(void *o, void *a) { (void)a; sv_cq_release(o); }
 static void release_channel(void *o, void *a) { (void)a; sv_channel_release(o); }
-static void release_pd(void *o, void *a)
-{
-	(void)a;
-	if (sv_obj_del(o, SV_OBJ_PD))
-		free(o);
-}
 static void release_xrcd(void *o, void *a)
 {
 	(void)a;
@@ -154,12 +148,6 @@ static void release_xrcd(void *o, void *a)
 		sv_xrcd(o)->users = 0;	/* its users are gone already */
 		sv_close_xrcd(o);
 	}
-}
-static void release_td(void *o, void *a)
-{
-	(void)a;
-	if (sv_obj_del(o, SV_OBJ_TD))
-		free(o);
 }
 
 /* As the kernel does for a closed uverbs file: whatever the program did
@@ -175,8 +163,8 @@ static void release_objects(struct ibv_context *ctx)
 	sv_obj_foreach(ctx, SV_OBJ_XRCD, release_xrcd, NULL);
 	sv_obj_foreach(ctx, SV_OBJ_CQ, release_cq, NULL);
 	sv_obj_foreach(ctx, SV_OBJ_CHANNEL, release_channel, NULL);
-	sv_obj_foreach(ctx, SV_OBJ_PD, release_pd, NULL);
-	sv_obj_foreach(ctx, SV_OBJ_TD, release_td, NULL);
+	sv_obj_release_all(ctx, SV_OBJ_PD, free);
+	sv_obj_release_all(ctx, SV_OBJ_TD, free);
 }
 
 static void context_free(struct sv_context *c)

@@ -115,8 +115,9 @@ struct ibv_dm *sv_alloc_dm(struct ibv_context *ctx, struct ibv_alloc_dm_attr *at
 	return &dm->ibdm;
 }
 
-static void dm_free(struct sv_dm *dm)
+static void dm_free(void *obj)
 {
+	struct sv_dm *dm = obj;
 	struct sv_context *c = sv_ctx(dm->ibdm.context);
 
 	if (!dm->imported) {
@@ -174,16 +175,9 @@ struct ibv_mr *sv_reg_dm_mr(struct ibv_pd *pd, struct ibv_dm *d, uint64_t off, s
 	return sv_mr_new(pd, dm->base + off, length, 0, access, dm, verb);
 }
 
-static void release_dm(void *obj, void *arg)
-{
-	(void)arg;
-	if (sv_obj_del(obj, SV_OBJ_DM))
-		dm_free(obj);
-}
-
 void sv_dm_release_all(struct ibv_context *ctx)
 {
-	sv_obj_foreach(ctx, SV_OBJ_DM, release_dm, NULL);
+	sv_obj_release_all(ctx, SV_OBJ_DM, dm_free);
 }
 
 /* rdma-core 44: another handle on the same device memory, in a context

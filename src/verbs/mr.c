@@ -244,8 +244,10 @@ SV_EXPORT struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, s
 	return sv_fail_null(EOPNOTSUPP, "ibv_reg_dmabuf_mr", "dma-buf memory is not supported yet");
 }
 
-static void mr_free(struct sv_mr *mr)
+static void mr_free(void *obj)
 {
+	struct sv_mr *mr = obj;
+
 	/* The key dies first: from here no new access can resolve it. */
 	mr_revoke(mr);
 	sv_keytab_free(&sv_ctx(mr->ibmr.context)->mrs, mr->ibmr.lkey);
@@ -268,16 +270,9 @@ SV_EXPORT int ibv_dereg_mr(struct ibv_mr *ibmr)
 	return 0;
 }
 
-static void release_mr(void *obj, void *arg)
-{
-	(void)arg;
-	if (sv_obj_del(obj, SV_OBJ_MR))
-		mr_free(obj);
-}
-
 void sv_mr_release_all(struct ibv_context *ctx)
 {
-	sv_obj_foreach(ctx, SV_OBJ_MR, release_mr, NULL);
+	sv_obj_release_all(ctx, SV_OBJ_MR, mr_free);
 }
 
 /* rdma-core's enum ibv_rereg_mr_err_code values. */

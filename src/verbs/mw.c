@@ -63,15 +63,15 @@ struct ibv_mw *sv_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
 	return &mw->ibmw;
 }
 
-static void mw_free(struct sv_mw *mw)
+static void mw_free(void *obj)
 {
+	struct sv_mw *mw = obj;
 	struct sv_context *c = sv_ctx(mw->ibmw.context);
-
 	struct shm_mr *e = sv_key_entry(mw->ibmw.context, mw->key);
 	uint32_t cur = atomic_load(&e->key);
 
 	if (cur)
-		sv_key_revoke(sv_ctx(mw->ibmw.context)->seg.h, e, cur);
+		sv_key_revoke(c->seg.h, e, cur);
 	sv_keytab_free(&c->mrs, mw->key);
 	atomic_fetch_sub(&mw->pd->users, 1);
 	free(mw);
@@ -86,16 +86,9 @@ int sv_dealloc_mw(struct ibv_mw *ibmw)
 	return 0;
 }
 
-static void release_mw(void *obj, void *arg)
-{
-	(void)arg;
-	if (sv_obj_del(obj, SV_OBJ_MW))
-		mw_free(obj);
-}
-
 void sv_mw_release_all(struct ibv_context *ctx)
 {
-	sv_obj_foreach(ctx, SV_OBJ_MW, release_mw, NULL);
+	sv_obj_release_all(ctx, SV_OBJ_MW, mw_free);
 }
 
 /* ibv_bind_mw (type 1 only; verbs.h checked the type, the MR's presence

@@ -460,6 +460,7 @@ struct sv_qp {
 	struct sv_cq *scq, *rcq;	/* NULL where the type has no such queue */
 	struct sv_srq *srq;
 	struct sv_xrcd *xrcd;		/* XRC_RECV */
+	atomic_uint opens;		/* XRC_RECV: handles from ibv_open_qp */
 	struct ibv_qp_cap cap;
 	int sq_sig_all;
 	struct ibv_qp_attr attr;	/* everything modify_qp has set */
@@ -660,6 +661,7 @@ void sv_srq_release(struct sv_srq *srq);
 
 /* verbs/qp.c */
 struct ibv_qp *sv_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *attr);
+struct ibv_qp *sv_open_qp(struct ibv_context *ctx, struct ibv_qp_open_attr *attr);
 int sv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
 int sv_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 void sv_qp_release(struct sv_qp *qp);

@@ -497,6 +497,10 @@ void sv_qp_to_err(struct sv_qp *qp, int ev)
  * owner's verbs never act on a state the QP has already left. */
 void sv_qp_sync(struct sv_qp *qp)
 {
+	/* Read before writing: the block's line is read by every initiator,
+	 * and a write would take it from their caches. */
+	if (!atomic_load_explicit(&qp->sh->err_pending, memory_order_relaxed))
+		return;
 	uint32_t e = atomic_exchange_explicit(&qp->sh->err_pending, 0, memory_order_acquire);
 
 	if (e)
@@ -635,10 +639,66 @@ void sv_qp_release(struct sv_qp *qp)
 		qp_free(qp);
 }
 
+struct open_key {
+	uint32_t qpn;
+	uint64_t xrcd;
+};
+
+static bool xtgt_match(const void *obj, const void *arg)
+{
+	const struct sv_qp *qp = obj;
+	const struct open_key *k = arg;
+
+	return qp->ex.qp_base.qp_type == IBV_QPT_XRC_RECV && qp->ex.qp_base.qp_num == k->qpn &&
+	       qp->xrcd && qp->xrcd->id == k->xrcd;
+}
+
+/*
+ * ibv_open_qp: another handle on an XRC target QP of the same domain.  As
+ * with imports, the handle is the QP itself; each open adds a reference
+ * and ibv_destroy_qp drops one, the QP going with the last (the kernel's
+ * shared XRC target QPs behave the same).  The opener's qp_context is not
+ * kept: the creator's stays.  An XRC target QP of another process cannot
+ * be opened: only its owner writes its shared block.
+ */
+struct ibv_qp *sv_open_qp(struct ibv_context *ctx, struct ibv_qp_open_attr *a)
+{
+	const char *verb = "ibv_open_qp";
+	const uint32_t need = IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_XRCD | IBV_QP_OPEN_ATTR_TYPE;
+
+	if (!sv_context_live(ctx, verb))
+		return NULL;
+	if (!a || (a->comp_mask & need) != need || (a->comp_mask & ~(need | IBV_QP_OPEN_ATTR_CONTEXT)))
+		return sv_fail_null(EINVAL, verb, "comp_mask must name NUM, XRCD and TYPE (and may "
+				    "name CONTEXT)");
+	if (a->qp_type != IBV_QPT_XRC_RECV)
+		return sv_fail_null(EINVAL, verb, "only XRC_RECV QPs can be opened");
+	if (!sv_xrcd_of(a->xrcd, ctx, verb))
+		return NULL;
+	struct open_key k = { a->qp_num, sv_xrcd(a->xrcd)->id };
+	struct sv_qp *qp = sv_obj_find(SV_OBJ_QP, xtgt_match, &k);
+	if (qp) {
+		atomic_fetch_add(&qp->opens, 1);
+		return &qp->ex.qp_base;
+	}
+	struct sv_reg_ep_info ep;
+	if (!sv_reg_qpn_owner(a->qp_num, &ep) && ep.pid != sv_pid())
+		return sv_fail_null(EOPNOTSUPP, verb, "qpn 0x%x belongs to pid %d; opening another "
+				    "process's XRC target QP is not supported", a->qp_num, (int)ep.pid);
+	return sv_fail_null(EINVAL, verb, "qpn 0x%x is no XRC_RECV QP of this domain", a->qp_num);
+}
+
 SV_EXPORT int ibv_destroy_qp(struct ibv_qp *ib)
 {
 	struct sv_qp *qp = sv_qp(ib);
 
+	/* A handle from ibv_open_qp: drop its reference only. */
+	if (sv_obj_live(ib, SV_OBJ_QP)) {
+		unsigned o = atomic_load(&qp->opens);
+		while (o)
+			if (atomic_compare_exchange_weak(&qp->opens, &o, o - 1))
+				return 0;
+	}
 	if (!sv_obj_del(ib, SV_OBJ_QP))
 		return sv_fail(EINVAL, "ibv_destroy_qp", "QP %p is not live (destroyed already?)",
 			       (void *)ib);

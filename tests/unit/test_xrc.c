@@ -285,6 +285,20 @@ static void test_xrc_objects(void **state)
 	sa.cap.max_recv_wr = sa.cap.max_recv_sge = 0;
 	struct ibv_qp *sq = ibv_create_qp_ex(f->ctx, &sa);
 	assert_non_null(sq);
+	/* ibv_open_qp: the same target QP, one more reference. */
+	struct ibv_qp_open_attr oa = { .comp_mask = IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_XRCD |
+				       IBV_QP_OPEN_ATTR_TYPE, .qp_num = rq->qp_num, .xrcd = x,
+				       .qp_type = IBV_QPT_XRC_RECV };
+	struct ibv_qp *opened = ibv_open_qp(f->ctx, &oa);
+	assert_ptr_equal(opened, rq);
+	oa.qp_num = sq->qp_num;
+	errno = 0;
+	assert_null(ibv_open_qp(f->ctx, &oa));	/* an XRC_SEND QP */
+	assert_int_equal(errno, EINVAL);
+	assert_int_equal(ibv_destroy_qp(opened), 0);	/* drops the open's reference */
+	struct ibv_qp_attr qa;
+	struct ibv_qp_init_attr qia;
+	assert_int_equal(ibv_query_qp(rq, &qa, IBV_QP_STATE, &qia), 0);	/* still there */
 	/* Neither has a receive queue; XRC_RECV has no send queue. */
 	struct ibv_recv_wr rw = { 0 }, *rbad;
 	assert_int_equal(ibv_post_recv(sq, &rw, &rbad), EINVAL);

@@ -36,7 +36,6 @@
 #include "../sv.h"
 
 #define REG_MAGIC	0x47525653u	/* "SVRG" */
-#define REG_VERSION	5u
 
 /*
  * Two cache lines per endpoint.  Initiators read the first (who owns a
@@ -270,7 +269,7 @@ static int init_region(int fd, struct stat *st)
 		return errno;
 	reg = m;
 	if (atomic_load_explicit(&reg->ready, memory_order_acquire)) {
-		if (reg->magic != REG_MAGIC || reg->version != REG_VERSION) {
+		if (reg->magic != REG_MAGIC || reg->version != SV_REGISTRY_VERSION) {
 			munmap(m, size);
 			reg = NULL;
 			return EPROTO;
@@ -290,7 +289,7 @@ static int init_region(int fd, struct stat *st)
 	for (unsigned d = 0; d < SV_MAX_DEVICES; d++)
 		reg->lid[d] = derive_lid(d);
 	reg->magic = REG_MAGIC;
-	reg->version = REG_VERSION;
+	reg->version = SV_REGISTRY_VERSION;
 	/* Pairs with the acquire load above in every later opener. */
 	atomic_store_explicit(&reg->ready, 1, memory_order_release);
 	return 0;
@@ -308,10 +307,10 @@ int sv_reg_open(void)
 	/* The layout version is part of the name: processes of two softverbs
 	 * versions cannot share a registry, and must not block each other. */
 	if (c->registry[0])
-		snprintf(reg_path, sizeof(reg_path), "/dev/shm/%s.v%u", c->registry, REG_VERSION);
+		snprintf(reg_path, sizeof(reg_path), "/dev/shm/%s.v%u", c->registry, SV_REGISTRY_VERSION);
 	else
 		snprintf(reg_path, sizeof(reg_path), "/dev/shm/softverbs-%u.v%u.registry",
-			 (unsigned)getuid(), REG_VERSION);
+			 (unsigned)getuid(), SV_REGISTRY_VERSION);
 	int fd = open(reg_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	if (fd < 0) {
 		ret = errno;

@@ -478,12 +478,18 @@ struct sv_ah {
 	struct sv_pd *pd;
 };
 
-/* The context whose state an ibv_context uses: itself, or for one made
- * by ibv_import_device the context it imports (verbs/context.c). */
+/* sv_ctx_self: the context struct behind an ibv_context.  sv_ctx: the
+ * context whose state it uses: itself, or for one made by
+ * ibv_import_device the context it imports (verbs/context.c). */
+static inline struct sv_context *sv_ctx_self(struct ibv_context *c)
+{
+	return (struct sv_context *)((char *)c - offsetof(struct verbs_context, context));
+}
+
 static inline struct sv_context *sv_ctx(struct ibv_context *c)
 {
-	struct sv_context *s = (struct sv_context *)((char *)c - offsetof(struct verbs_context,
-									  context));
+	struct sv_context *s = sv_ctx_self(c);
+
 	return s->origin ? s->origin : s;
 }
 
@@ -555,6 +561,9 @@ void sv_flush_rq(struct sv_qp *qp);
 
 /* engine/req.c: the requester */
 void sv_sq_progress(struct sv_qp *qp);
+/* Runs the send queue, whose sq_lock the caller holds, then releases the
+ * lock and applies what the run requires (the QP to ERR). */
+void sv_sq_run_unlock(struct sv_qp *qp);
 void sv_sq_flush(struct sv_qp *qp);
 uint64_t sv_rnr_delay_ns(unsigned min_rnr_timer);
 
@@ -643,6 +652,7 @@ void sv_dm_release_all(struct ibv_context *ctx);
 struct ibv_xrcd *sv_open_xrcd(struct ibv_context *ctx, struct ibv_xrcd_init_attr *attr);
 int sv_close_xrcd(struct ibv_xrcd *xrcd);
 bool sv_xrcd_of(struct ibv_xrcd *xrcd, struct ibv_context *ctx, const char *verb);
+void sv_xrcd_release_all(struct ibv_context *ctx);
 
 /* verbs/cq.c */
 struct ibv_cq_ex *sv_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_attr_ex *attr);

@@ -519,7 +519,13 @@ int sv_reg_mcast_members(const union ibv_gid *gid, uint16_t lid, bool by_gid, ui
 	reg_lock();
 	for (uint32_t i = 0; i < reg->n_mcast && n < max; i++) {
 		struct reg_mcast *m = &mcasts()[i];
-		if (m->qpn && (by_gid ? !memcmp(m->gid, gid->raw, 16) : m->lid == lid))
+		if (!m->qpn || (by_gid ? memcmp(m->gid, gid->raw, 16) : m->lid != lid))
+			continue;
+		/* A QP attached to one MGID under two MLIDs gets one copy. */
+		int k = 0;
+		while (k < n && qpns_out[k] != m->qpn)
+			k++;
+		if (k == n)
 			qpns_out[n++] = m->qpn;
 	}
 	reg_unlock();

@@ -208,9 +208,6 @@ static void queue_wr(struct sv_qp *qp, const struct ibv_send_wr *wr)
 	qp->sq_count++;
 }
 
-static int sq_run(struct sv_qp *qp);
-static void sq_after(struct sv_qp *qp, int run);
-
 int sv_post_send(struct ibv_qp *ib, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
 {
 	struct sv_qp *qp = sv_qp(ib);
@@ -247,9 +244,7 @@ int sv_post_send(struct ibv_qp *ib, struct ibv_send_wr *wr, struct ibv_send_wr *
 	}
 	/* Run what was queued (also the WRs before a bad one) in the same
 	 * hold of the lock: one lock round trip per post. */
-	int run = sq_run(qp);
-	pthread_mutex_unlock(&qp->sq_lock);
-	sq_after(qp, run);
+	sv_sq_run_unlock(qp);
 	return ret;
 }
 
@@ -744,9 +739,11 @@ static int sq_run(struct sv_qp *qp)
 	return overrun ? RUN_OVERRUN : failed ? RUN_FAILED : RUN_OK;
 }
 
-/* What a run left to do once sq_lock is released. */
-static void sq_after(struct sv_qp *qp, int run)
+void sv_sq_run_unlock(struct sv_qp *qp)
 {
+	int run = sq_run(qp);
+
+	pthread_mutex_unlock(&qp->sq_lock);
 	/* IBA 11.6.3.1: a completion the CQ cannot take is a catastrophic
 	 * error of the QP too (as well as the CQ's CQ_ERR). */
 	if (run == RUN_OVERRUN)
@@ -760,9 +757,7 @@ static void sq_after(struct sv_qp *qp, int run)
 void sv_sq_progress(struct sv_qp *qp)
 {
 	pthread_mutex_lock(&qp->sq_lock);
-	int run = sq_run(qp);
-	pthread_mutex_unlock(&qp->sq_lock);
-	sq_after(qp, run);
+	sv_sq_run_unlock(qp);
 }
 
 void sv_sq_flush(struct sv_qp *qp)

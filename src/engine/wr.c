@@ -38,14 +38,15 @@ static int wr_complete(struct ibv_qp_ex *qx)
 	/* As ibv_post_send: the send queue works from RTS on (C10-30). */
 	if (!err && atomic_load_explicit(&qp->sh->state, memory_order_relaxed) < IBV_QPS_RTS)
 		err = EINVAL;
-	if (!err)
-		qp->sq_count += qp->wr_n;
-	qp->wr_n = 0;
-	pthread_mutex_unlock(&qp->sq_lock);
-	if (err)
+	if (err) {
+		qp->wr_n = 0;
+		pthread_mutex_unlock(&qp->sq_lock);
 		return sv_fail(err, "ibv_wr_complete", "qpn 0x%x: the batch was discarded",
 			       qx->qp_base.qp_num);
-	sv_sq_progress(qp);
+	}
+	qp->sq_count += qp->wr_n;
+	qp->wr_n = 0;
+	sv_sq_run_unlock(qp);	/* in the same hold of the lock, as ibv_post_send */
 	return 0;
 }
 

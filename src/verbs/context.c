@@ -142,14 +142,6 @@ static void release_ah(void *o, void *a) { (void)a; sv_ah_release(o); }
 static void release_srq(void *o, void *a) { (void)a; sv_srq_release(o); }
 static void release_cq(void *o, void *a) { (void)a; sv_cq_release(o); }
 static void release_channel(void *o, void *a) { (void)a; sv_channel_release(o); }
-static void release_xrcd(void *o, void *a)
-{
-	(void)a;
-	if (sv_obj_live(o, SV_OBJ_XRCD)) {
-		sv_xrcd(o)->users = 0;	/* its users are gone already */
-		sv_close_xrcd(o);
-	}
-}
 
 /* As the kernel does for a closed uverbs file: whatever the program did
  * not destroy is destroyed now, users before what they use. */
@@ -161,7 +153,7 @@ static void release_objects(struct ibv_context *ctx)
 	sv_mr_release_all(ctx);
 	sv_dm_release_all(ctx);
 	sv_obj_foreach(ctx, SV_OBJ_SRQ, release_srq, NULL);
-	sv_obj_foreach(ctx, SV_OBJ_XRCD, release_xrcd, NULL);
+	sv_xrcd_release_all(ctx);
 	sv_obj_foreach(ctx, SV_OBJ_CQ, release_cq, NULL);
 	sv_obj_foreach(ctx, SV_OBJ_CHANNEL, release_channel, NULL);
 	sv_obj_release_all(ctx, SV_OBJ_PD, free);
@@ -192,9 +184,7 @@ SV_EXPORT int ibv_close_device(struct ibv_context *ctx)
 	if (!sv_obj_del(ctx, SV_OBJ_CONTEXT))
 		return sv_fail(EINVAL, "ibv_close_device", "context %p is not open", (void *)ctx), -1;
 
-	struct sv_context *c = sv_ctx(ctx);
-	struct sv_context *self = (struct sv_context *)((char *)ctx -
-							offsetof(struct verbs_context, context));
+	struct sv_context *c = sv_ctx(ctx), *self = sv_ctx_self(ctx);
 	bool last = true;
 
 	if (self->origin) {
@@ -224,8 +214,7 @@ SV_EXPORT int ibv_close_device(struct ibv_context *ctx)
 
 static bool same_segment(const void *obj, const void *arg)
 {
-	const struct sv_context *c = (const void *)((const char *)obj -
-						    offsetof(struct verbs_context, context));
+	const struct sv_context *c = sv_ctx_self((struct ibv_context *)obj);
 	const struct stat *want = arg;
 	struct stat st;
 

@@ -16,11 +16,6 @@
 
 #include "../sv.h"
 
-static bool mw_live(struct ibv_mw *mw)
-{
-	return mw && sv_obj_live(mw, SV_OBJ_MW);
-}
-
 struct ibv_mw *sv_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
 {
 	const char *verb = "ibv_alloc_mw";
@@ -102,7 +97,7 @@ int sv_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *b)
 		.bind_mw = { .mw = mw, .rkey = ibv_inc_rkey(mw->rkey), .bind_info = b->bind_info },
 	}, *bad;
 
-	if (!mw_live(mw))
+	if (!sv_obj_live(mw, SV_OBJ_MW))
 		return sv_fail(EINVAL, "ibv_bind_mw", "MW %p is not allocated", (void *)mw);
 	int ret = sv_post_send(qp, &wr, &bad);
 	if (!ret)
@@ -166,7 +161,7 @@ static int bind_check(struct sv_qp *qp, struct sv_mw *mw, uint32_t rkey,
 int sv_mw_exec_bind(struct sv_qp *qp, struct ibv_mw *ibmw, uint32_t rkey,
 		    const struct ibv_mw_bind_info *b, char *why, size_t len)
 {
-	if (!mw_live(ibmw))
+	if (!sv_obj_live(ibmw, SV_OBJ_MW))
 		return WHY("MW %p is not allocated", (void *)ibmw);
 	struct sv_mw *mw = sv_mw(ibmw);
 	if (bind_check(qp, mw, rkey, b, why, len))

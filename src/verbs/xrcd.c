@@ -86,6 +86,14 @@ struct ibv_xrcd *sv_open_xrcd(struct ibv_context *ctx, struct ibv_xrcd_init_attr
 	return &x->ibxrcd;
 }
 
+static void xrcd_free(void *obj)
+{
+	pthread_mutex_lock(&open_lock);
+	track(obj, false);
+	pthread_mutex_unlock(&open_lock);
+	free(obj);
+}
+
 int sv_close_xrcd(struct ibv_xrcd *ib)
 {
 	struct sv_xrcd *x = sv_xrcd(ib);
@@ -96,11 +104,14 @@ int sv_close_xrcd(struct ibv_xrcd *ib)
 		return sv_fail(EBUSY, "ibv_close_xrcd", "the domain still has %u XRC SRQs or "
 			       "XRC_RECV QPs; destroy them first", atomic_load(&x->users));
 	sv_obj_del(ib, SV_OBJ_XRCD);
-	pthread_mutex_lock(&open_lock);
-	track(x, false);
-	pthread_mutex_unlock(&open_lock);
-	free(x);
+	xrcd_free(x);
 	return 0;
+}
+
+/* A closing context's domains: their users went first. */
+void sv_xrcd_release_all(struct ibv_context *ctx)
+{
+	sv_obj_release_all(ctx, SV_OBJ_XRCD, xrcd_free);
 }
 
 bool sv_xrcd_of(struct ibv_xrcd *ib, struct ibv_context *ctx, const char *verb)

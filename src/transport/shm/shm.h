@@ -13,7 +13,11 @@
  * Who writes what:
  *   - MR entries, QP blocks, the directory: the owner only.  An entry's
  *     `key` (MR) or directory slot (QP) is stored last, with release; a
- *     reader loads it with acquire and then reads the rest.
+ *     reader loads it with acquire and then reads the rest.  One
+ *     exception: SEND_WITH_INV clears a type 2 window's key (struct
+ *     shm_mr).
+ *   - MR holders: initiators, seq_cst increments and decrements around
+ *     each access; the owner waits for zero when it revokes a key.
  *   - Receive queues and CQs: the owner and any initiator, under the
  *     queue's robust process-shared mutex (a dead holder is recovered).
  *   - `doorbell`: anyone; increment then FUTEX_WAKE.  The owner's progress

@@ -468,6 +468,13 @@ struct sv_qp {
 	uint32_t events_reported;
 	struct sv_peer_cache peer;
 	struct sv_map_cache map;
+	/* A rendezvous FIN the device owes this QP (engine/tm.c): sent after
+	 * the SEND that asked for it completes, as its ACK precedes the read. */
+	struct {
+		bool due;
+		uint32_t from_qpn;
+		uint8_t hdr[32];	/* struct ibv_tmh + struct ibv_rvh */
+	} fin;
 	int wr_err;			/* ibv_wr_* batch: first error */
 	uint32_t wr_n;			/* ibv_wr_* batch: WQEs built */
 };
@@ -667,6 +674,10 @@ struct ibv_srq *sv_create_srq_ex(struct ibv_context *ctx, struct ibv_srq_init_at
 int sv_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 int sv_wq_post(struct shm_hdr *h, struct shm_wq *wq, const struct ibv_recv_wr *wr, const char **why);
 int sv_get_srq_num(struct ibv_srq *srq, uint32_t *srq_num);
+/* verbs/tm.c: tag-matching SRQs. */
+int sv_tm_list_new(struct sv_context *c, struct shm_wq *wq, uint32_t tags);
+void sv_tm_list_free(struct sv_context *c, struct shm_wq *wq);
+int sv_post_srq_ops(struct ibv_srq *srq, struct ibv_ops_wr *op, struct ibv_ops_wr **bad);
 void sv_srq_release(struct sv_srq *srq);
 
 /* verbs/qp.c */

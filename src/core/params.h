@@ -45,6 +45,11 @@
 #define SV_MAX_SRQ		16384
 #define SV_MAX_SRQ_WR		16384
 #define SV_MAX_SRQ_SGE		32
+/* Tag matching (IBV_SRQT_TM): a list entry's handle keeps its index in
+ * 16 bits; the list is scanned under the SRQ's lock per message. */
+#define SV_MAX_TM_TAGS		255
+#define SV_MAX_TM_OPS		4096
+#define SV_MAX_RNDV_HDR		64	/* TMH + RVH + 32 bytes of the sender's own header */
 #define SV_MAX_DM_SIZE		(4u << 20)	/* per allocation; shared segment memory */
 #define SV_DM_MAX_LOG_ALIGN	12
 #define SV_MAX_PKEYS		1

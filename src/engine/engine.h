@@ -32,6 +32,8 @@ enum sv_result { SV_RESULTS(RESULT_ENUM) SV_R_COUNT };
 enum ibv_wc_status sv_result_status(enum sv_result r);
 const char *sv_result_name(enum sv_result r);
 
+#define SV_WHY_LEN 160
+
 /* engine/resp.c: the responder's checks, run by the initiator against the
  * target's segment. */
 struct sv_target {
@@ -41,10 +43,11 @@ struct sv_target {
 	/* Where a message is received and whose PD protects the target's
 	 * memory: the QP itself, or for XRC the SRQ the request names. */
 	struct shm_qp *rx;
+	uint64_t rcq_off;	/* where receive completions go, in seg */
 	int32_t pid;
 	struct sv_map_cache *cache;	/* the initiating QP's */
 	bool mapped;		/* the last buffer resolved is mapped here (direct path) */
-	char why[160];		/* the failed check, for explain mode */
+	char why[SV_WHY_LEN];	/* the failed check, for explain mode */
 };
 
 enum sv_result sv_resp_find(struct sv_qp *qp, uint32_t qpn, struct sv_target *t);
@@ -60,6 +63,9 @@ void sv_resp_mr_put(const struct shm_hdr *h, struct shm_mr *mr);
 int sv_resp_invalidate(struct sv_target *t, uint32_t rkey);
 /* Takes the next receive WQE of the target (its RQ or SRQ) into *wqe. */
 enum sv_result sv_resp_take_recv(struct sv_target *t, struct shm_rwqe *wqe);
+/* The same, with wq's lock held and wq->count checked by the caller;
+ * true when an SRQ limit fired and the owner must be rung after unlock. */
+bool sv_resp_pop_locked(struct sv_target *t, struct shm_wq *wq, struct shm_rwqe *wqe);
 /* The responder side of a failed request: completes the receive WQE
  * (when there is one) with status and moves the target QP to ERR. */
 void sv_resp_fail(struct sv_target *t, const struct shm_rwqe *wqe, enum ibv_wc_status status,
@@ -68,6 +74,25 @@ void sv_resp_fail(struct sv_target *t, const struct shm_rwqe *wqe, enum ibv_wc_s
 enum sv_result sv_resp_recv_iov(struct sv_target *t, const struct shm_rwqe *w, struct iovec *iov,
 				uint64_t *cap, struct shm_mr **held);
 void sv_resp_recv_put(struct sv_target *t, const struct shm_rwqe *w, struct shm_mr **held);
+
+/* engine/req.c: delivering a message (msg, len bytes; data false for
+ * WRITE_WITH_IMM, whose bytes have landed) into the receive WQE rw the
+ * caller took from t, and completing it into t->rcq_off with the opcode,
+ * flags and tag the caller set in e.  w is NULL for a message the device
+ * itself sends (a rendezvous FIN). */
+enum sv_result sv_deliver_wqe(struct sv_qp *qp, const struct sv_swqe *w, struct sv_target *t,
+			      const struct shm_rwqe *rw, const struct iovec *msg, int nmsg,
+			      uint64_t len, bool data, struct shm_cqe *e);
+/* A failed process_vm_* call, as an outcome. */
+enum sv_result sv_copy_failed(int err, int32_t pid);
+/* Why the last WQE this thread executed failed, for explain mode. */
+extern __thread char sv_last_why[SV_WHY_LEN];
+
+/* engine/tm.c: a message arriving at a tag-matching SRQ. */
+enum sv_result sv_tm_deliver(struct sv_qp *qp, const struct sv_swqe *w, struct sv_target *t,
+			     struct shm_wq *wq, const struct iovec *msg, int nmsg, uint64_t len);
+/* Delivers the FIN a rendezvous left due on qp (qp->fin). */
+void sv_tm_send_fin(struct sv_qp *qp);
 
 /* engine/req.c: send-queue slots, shared by ibv_post_send and ibv_wr_*. */
 struct sv_swqe *sv_sq_slot(struct sv_qp *qp, uint32_t i);

@@ -54,7 +54,7 @@ static const struct wr_info {
 };
 
 /* Why the last WQE this thread executed failed, for explain mode. */
-static __thread char last_why[160];
+__thread char sv_last_why[SV_WHY_LEN];
 
 static unsigned type_bit(enum ibv_qp_type t)
 {
@@ -251,12 +251,12 @@ int sv_post_send(struct ibv_qp *ib, struct ibv_send_wr *wr, struct ibv_send_wr *
 /* ---- execution ---- */
 
 /* A CMA failure that is no fault of the request. */
-static enum sv_result copy_failed(int err, int32_t pid)
+enum sv_result sv_copy_failed(int err, int32_t pid)
 {
 	if (err == ESRCH)
 		return SV_R_NO_RESPONSE;
 	if (err == EPERM)
-		snprintf(last_why, sizeof(last_why), "the kernel refused process_vm_writev/readv "
+		snprintf(sv_last_why, sizeof(sv_last_why), "the kernel refused process_vm_writev/readv "
 			 "into pid %d (ptrace restrictions: kernel.yama.ptrace_scope >= 2, or "
 			 "seccomp)", (int)pid);
 	return SV_R_NAK_OP;
@@ -295,7 +295,7 @@ static enum sv_result local_iov(struct sv_qp *qp, struct sv_swqe *w, bool write,
 		if (!mr || mr->pd != qp->sh->pd || s->addr < mr->iova || s->length > mr->length ||
 		    s->addr - mr->iova > mr->length - s->length ||
 		    (write && !(mr->access & IBV_ACCESS_LOCAL_WRITE))) {
-			snprintf(last_why, sizeof(last_why), "lkey 0x%x %s [0x%llx, +%u)", s->lkey,
+			snprintf(sv_last_why, sizeof(sv_last_why), "lkey 0x%x %s [0x%llx, +%u)", s->lkey,
 				 !mr ? "is not registered, so it cannot cover" :
 				 mr->pd != qp->sh->pd ? "is in another PD than the QP, for" :
 				 write && !(mr->access & IBV_ACCESS_LOCAL_WRITE) ?
@@ -354,24 +354,21 @@ static void build_grh(struct sv_qp *qp, const struct ibv_ah_attr *av, uint32_t l
 	memcpy(&h->dgid, d, 16);
 }
 
-static enum sv_result deliver_recv(struct sv_qp *qp, struct sv_swqe *w, struct sv_target *t,
-				   struct iovec *liov, int nl, uint64_t len, bool data)
+enum sv_result sv_deliver_wqe(struct sv_qp *qp, const struct sv_swqe *w, struct sv_target *t,
+			      const struct shm_rwqe *rw, const struct iovec *msg, int nmsg,
+			      uint64_t len, bool data, struct shm_cqe *e)
 {
-	union { struct shm_rwqe w; char buf[sizeof(struct shm_rwqe) + SV_MAX_SGE * sizeof(struct ibv_sge)]; } rw;
-	struct iovec riov[SV_MAX_SGE], src[SV_MAX_SGE + 1];
+	struct iovec riov[SV_MAX_SGE], src[SV_MAX_SGE + 2];
 	struct shm_mr *held[SV_MAX_SGE];
 	bool ud = qp->ex.qp_base.qp_type == IBV_QPT_UD;
 	uint8_t grh[40];
 	uint64_t cap;
-	enum sv_result r = sv_resp_take_recv(t, &rw.w);
+	enum sv_result r = sv_resp_recv_iov(t, rw, riov, &cap, held);
 
-	if (r != SV_R_OK)
-		return r;
-	r = sv_resp_recv_iov(t, &rw.w, riov, &cap, held);
 	if (r != SV_R_OK) {
 		/* The receiver's own buffer is bad: its local protection error,
 		 * and a Remote Operational Error NAK (9.7.5.2.8). */
-		sv_resp_fail(t, &rw.w, IBV_WC_LOC_PROT_ERR, -1);
+		sv_resp_fail(t, rw, IBV_WC_LOC_PROT_ERR, -1);
 		return r;
 	}
 	uint64_t need = data ? len + (ud ? 40 : 0) : 0;
@@ -379,11 +376,11 @@ static enum sv_result deliver_recv(struct sv_qp *qp, struct sv_swqe *w, struct s
 		/* C9-?? (9.7.4.1.7): a message longer than the receive
 		 * buffer is a local length error at the responder and an
 		 * Invalid Request NAK for the requester. */
-		sv_resp_recv_put(t, &rw.w, held);
-		sv_resp_fail(t, &rw.w, IBV_WC_LOC_LEN_ERR, -1);
-		snprintf(last_why, sizeof(last_why), "the message is %llu bytes but receive wr_id "
+		sv_resp_recv_put(t, rw, held);
+		sv_resp_fail(t, rw, IBV_WC_LOC_LEN_ERR, -1);
+		snprintf(sv_last_why, sizeof(sv_last_why), "the message is %llu bytes but receive wr_id "
 			 "0x%llx of qpn 0x%x holds %llu", (unsigned long long)need,
-			 (unsigned long long)rw.w.wr_id, t->qp->qpn, (unsigned long long)cap);
+			 (unsigned long long)rw->wr_id, t->qp->qpn, (unsigned long long)cap);
 		return SV_R_NAK_INV_REQ;
 	}
 	int ns = 0;
@@ -392,43 +389,64 @@ static enum sv_result deliver_recv(struct sv_qp *qp, struct sv_swqe *w, struct s
 		src[ns].iov_base = grh;
 		src[ns++].iov_len = 40;
 	}
-	for (int i = 0; data && i < nl; i++)
-		src[ns++] = liov[i];
+	for (int i = 0; data && i < nmsg; i++)
+		src[ns++] = msg[i];
 	int err = 0;
 	if (need && t->mapped)
-		sv_copy_mapped(qp->ctx->seg.h, true, src, ns, riov, (int)rw.w.num_sge);
+		sv_copy_mapped(qp->ctx->seg.h, true, src, ns, riov, (int)rw->num_sge);
 	else if (need)
-		err = sv_copy_to(t->seg, qp->ctx->seg.h, src, ns, riov, (int)rw.w.num_sge);
-	sv_resp_recv_put(t, &rw.w, held);
+		err = sv_copy_to(t->seg, qp->ctx->seg.h, src, ns, riov, (int)rw->num_sge);
+	sv_resp_recv_put(t, rw, held);
 	if (err) {
-		sv_resp_fail(t, &rw.w, IBV_WC_LOC_PROT_ERR, -1);
-		return copy_failed(err, t->pid);
+		sv_resp_fail(t, rw, IBV_WC_LOC_PROT_ERR, -1);
+		return sv_copy_failed(err, t->pid);
 	}
 	/* SEND_WITH_INV: the responder invalidates the rkey as it completes
 	 * the message.  A key it may not invalidate fails the request with
 	 * an Invalid Request NAK and the receive WQE with REM_INV_REQ_ERR
 	 * (rxe_resp.c, RESPST_ERR_INVALIDATE_RKEY, "Class J"). */
-	bool inv = wr_info[w->opcode].flags & F_INV;
-	if (inv && sv_resp_invalidate(t, w->imm)) {
-		memcpy(last_why, t->why, sizeof(last_why));
-		sv_resp_fail(t, &rw.w, IBV_WC_REM_INV_REQ_ERR, -1);
+	unsigned flags = w ? wr_info[w->opcode].flags : 0;
+	if ((flags & F_INV) && sv_resp_invalidate(t, w->imm)) {
+		memcpy(sv_last_why, t->why, sizeof(sv_last_why));
+		sv_resp_fail(t, rw, IBV_WC_REM_INV_REQ_ERR, -1);
 		return SV_R_NAK_INV_REQ;
 	}
-	struct shm_cqe e = {
-		.wr_id = rw.w.wr_id, .status = IBV_WC_SUCCESS,
-		.opcode = data ? IBV_WC_RECV : IBV_WC_RECV_RDMA_WITH_IMM,
-		.byte_len = (uint32_t)(data ? need : len), .qp_num = t->qp->qpn,
-		.src_qp = qp->ex.qp_base.qp_num, .slid = qp->slid,
-		.sl = w->av.sl, .solicited = !!(w->send_flags & IBV_SEND_SOLICITED),
-	};
-	if (wr_info[w->opcode].flags & (F_IMM | F_INV)) {
-		e.imm = w->imm;		/* imm_data, or invalidated_rkey */
-		e.wc_flags |= inv ? IBV_WC_WITH_INV : IBV_WC_WITH_IMM;
+	e->wr_id = rw->wr_id;
+	e->byte_len = (uint32_t)(data ? need : len);
+	e->qp_num = t->qp->qpn;
+	if (!e->src_qp)
+		e->src_qp = qp->ex.qp_base.qp_num;
+	e->slid = qp->slid;
+	if (w) {
+		e->sl = w->av.sl;
+		e->solicited = !!(w->send_flags & IBV_SEND_SOLICITED);
+	}
+	if (flags & (F_IMM | F_INV)) {
+		e->imm = w->imm;	/* imm_data, or invalidated_rkey */
+		e->wc_flags |= (flags & F_INV) ? IBV_WC_WITH_INV : IBV_WC_WITH_IMM;
 	}
 	if (ud && w->av.is_global)
-		e.wc_flags |= IBV_WC_GRH;
-	sv_cq_push(t->seg, shm_at(t->seg, t->rx->rcq_off), &e);
+		e->wc_flags |= IBV_WC_GRH;
+	sv_cq_push(t->seg, shm_at(t->seg, t->rcq_off), e);
 	return SV_R_OK;
+}
+
+static enum sv_result deliver_recv(struct sv_qp *qp, struct sv_swqe *w, struct sv_target *t,
+				   struct iovec *liov, int nl, uint64_t len, bool data)
+{
+	union { struct shm_rwqe w; char buf[sizeof(struct shm_rwqe) + SV_MAX_SGE * sizeof(struct ibv_sge)]; } rw;
+	struct shm_cqe e = { .opcode = data ? IBV_WC_RECV : IBV_WC_RECV_RDMA_WITH_IMM };
+
+	/* A tag-matching SRQ looks at every message it receives. */
+	if (data && t->rx->srq_off) {
+		struct shm_wq *wq = shm_at(t->seg, t->rx->srq_off);
+		if (wq->tm_tags)
+			return sv_tm_deliver(qp, w, t, wq, liov, nl, len);
+	}
+	enum sv_result r = sv_resp_take_recv(t, &rw.w);
+	if (r != SV_R_OK)
+		return r;
+	return sv_deliver_wqe(qp, w, t, &rw.w, liov, nl, len, data, &e);
 }
 
 /* C9-?? (9.4.5): atomics act on naturally aligned 8-byte words. */
@@ -436,7 +454,7 @@ static bool misaligned(const struct sv_swqe *w)
 {
 	if (!(w->remote_addr & 7))
 		return false;
-	snprintf(last_why, sizeof(last_why), "remote_addr 0x%llx is not 8-byte aligned",
+	snprintf(sv_last_why, sizeof(sv_last_why), "remote_addr 0x%llx is not 8-byte aligned",
 		 (unsigned long long)w->remote_addr);
 	return true;
 }
@@ -455,7 +473,7 @@ static enum sv_result do_atomic(struct sv_qp *qp, struct sv_swqe *w, struct sv_t
 	enum sv_result r = sv_resp_mr_get(t, w->rkey, w->remote_addr, 8, IBV_ACCESS_REMOTE_ATOMIC,
 					  &mr, &addr);
 	if (r != SV_R_OK) {
-		memcpy(last_why, t->why, sizeof(last_why));
+		memcpy(sv_last_why, t->why, sizeof(sv_last_why));
 		return r;
 	}
 	struct iovec rv = { addr, 8 }, ov = { &old, 8 }, nv = { &new, 8 };
@@ -481,7 +499,7 @@ static enum sv_result do_atomic(struct sv_qp *qp, struct sv_swqe *w, struct sv_t
 	sv_shm_unlock(&t->seg->atomic_lock);
 	sv_resp_mr_put(t->seg, mr);
 	if (err)
-		return copy_failed(err, t->pid);
+		return sv_copy_failed(err, t->pid);
 	memcpy(liov[0].iov_base, &old, 8);
 	return SV_R_OK;
 }
@@ -522,9 +540,9 @@ static enum sv_result send_mcast(struct sv_qp *qp, struct sv_swqe *w, struct iov
 static enum sv_result execute_local(struct sv_qp *qp, struct sv_swqe *w)
 {
 	if (w->opcode == IBV_WR_BIND_MW)
-		return sv_mw_exec_bind(qp, w->mw, w->rkey, &w->bind, last_why, sizeof(last_why)) ?
+		return sv_mw_exec_bind(qp, w->mw, w->rkey, &w->bind, sv_last_why, sizeof(sv_last_why)) ?
 		       SV_R_MW_BIND : SV_R_OK;
-	return sv_mw_exec_local_inv(qp, w->imm, last_why, sizeof(last_why)) ?
+	return sv_mw_exec_local_inv(qp, w->imm, sv_last_why, sizeof(sv_last_why)) ?
 	       SV_R_LOC_QP_OP : SV_R_OK;
 }
 
@@ -556,7 +574,7 @@ static enum sv_result execute(struct sv_qp *qp, struct sv_swqe *w)
 	uint64_t len;
 	int nl;
 
-	last_why[0] = 0;
+	sv_last_why[0] = 0;
 	if (wi->flags & F_LOCAL)
 		return execute_local(qp, w);
 	enum sv_result r = local_iov(qp, w, (wi->flags & (F_READ | F_ATOMIC)) != 0, liov, &nl, &len);
@@ -574,12 +592,12 @@ static enum sv_result execute(struct sv_qp *qp, struct sv_swqe *w)
 	t.why[0] = 0;
 	r = sv_resp_find(qp, qpn, &t);
 	if (r != SV_R_OK) {
-		snprintf(last_why, sizeof(last_why), "no QP 0x%x is receiving (destroyed, not in "
+		snprintf(sv_last_why, sizeof(sv_last_why), "no QP 0x%x is receiving (destroyed, not in "
 			 "RTR/RTS, or its process is gone)", qpn);
 		return r;
 	}
 	if (type == IBV_QPT_XRC_SEND && (r = sv_resp_xrc(&t, w->srqn)) != SV_R_OK) {
-		memcpy(last_why, t.why, sizeof(last_why));
+		memcpy(sv_last_why, t.why, sizeof(sv_last_why));
 		return r;
 	}
 	if (type == IBV_QPT_UD && !qkey_ok(qp, w, &t))
@@ -599,7 +617,7 @@ static enum sv_result execute(struct sv_qp *qp, struct sv_swqe *w)
 	unsigned access = wi->flags & F_READ ? IBV_ACCESS_REMOTE_READ : IBV_ACCESS_REMOTE_WRITE;
 	r = sv_resp_mr_get(&t, w->rkey, w->remote_addr, len, access, &mr, &addr);
 	if (r != SV_R_OK) {
-		memcpy(last_why, t.why, sizeof(last_why));
+		memcpy(sv_last_why, t.why, sizeof(sv_last_why));
 		return r;
 	}
 	struct iovec rv = { addr, len };
@@ -622,7 +640,7 @@ static enum sv_result execute(struct sv_qp *qp, struct sv_swqe *w)
 	}
 	sv_resp_mr_put(t.seg, mr);
 	if (err)
-		return copy_failed(err, t.pid);
+		return sv_copy_failed(err, t.pid);
 	return r;
 }
 
@@ -703,7 +721,7 @@ static int sq_run(struct sv_qp *qp)
 			if (*left == 0) {
 				r = rnr ? SV_R_RNR_EXHAUSTED : SV_R_NO_RESPONSE;
 				if (rnr)
-					snprintf(last_why, sizeof(last_why), "qpn 0x%x had no receive "
+					snprintf(sv_last_why, sizeof(sv_last_why), "qpn 0x%x had no receive "
 						 "posted through rnr_retry=%u retries (post receives "
 						 "before the peer sends, or raise rnr_retry; 7 = "
 						 "forever)", qp->attr.dest_qp_num, qp->attr.rnr_retry);
@@ -727,12 +745,14 @@ static int sq_run(struct sv_qp *qp)
 			sv_explain("error completion", "qpn 0x%x wr_id 0x%llx %s to qpn 0x%x: %s (%s)%s%s",
 				qp->ex.qp_base.qp_num, (unsigned long long)w->wr_id,
 				wr_info[w->opcode].name, qp->attr.dest_qp_num, ibv_wc_status_str(status),
-				sv_result_name(r), last_why[0] ? ": " : "", last_why);
+				sv_result_name(r), sv_last_why[0] ? ": " : "", sv_last_why);
 			responder_error(qp, w, r);
 			failed = true;
 		}
 		if (!complete(qp, w, status, wqe_len(w)))
 			failed = overrun = true;
+		if (qp->fin.due)
+			sv_tm_send_fin(qp);
 		qp->sq_head = (qp->sq_head + 1) % qp->sq_size;
 		qp->sq_count--;
 	}

@@ -45,6 +45,7 @@ enum sv_result sv_resp_find(struct sv_qp *qp, uint32_t qpn, struct sv_target *t)
 	t->qseg = t->seg;
 	t->qp = sv_seg_qp(t->seg, qpn);
 	t->rx = t->qp;
+	t->rcq_off = t->qp->rcq_off;
 	t->pid = ep.pid;
 	enum ibv_qp_type type = qp->ex.qp_base.qp_type;
 	/* An XRC initiator talks to an XRC target; other types to their own. */
@@ -85,6 +86,7 @@ enum sv_result sv_resp_xrc(struct sv_target *t, uint32_t srqn)
 	t->seg = seg;
 	t->pid = ep.pid;
 	t->rx = x;
+	t->rcq_off = x->rcq_off;
 	return SV_R_OK;
 }
 
@@ -235,27 +237,32 @@ enum sv_result sv_resp_mr_get(struct sv_target *t, uint32_t rkey, uint64_t va, u
 	return SV_R_OK;
 }
 
+bool sv_resp_pop_locked(struct sv_target *t, struct shm_wq *wq, struct shm_rwqe *out)
+{
+	struct shm_rwqe *w = shm_wq_slot(t->seg, wq, wq->head);
+
+	memcpy(out, w, sizeof(*w) + w->num_sge * sizeof(w->sge[0]));
+	wq->head = (wq->head + 1) % wq->size;
+	wq->count--;
+	/* IBA 10.2.9.3: dropping below an armed limit raises one event. */
+	if (!wq->limit || wq->count >= wq->limit)
+		return false;
+	wq->limit = 0;
+	atomic_store_explicit(&wq->limit_hit, 1, memory_order_release);
+	return true;
+}
+
 enum sv_result sv_resp_take_recv(struct sv_target *t, struct shm_rwqe *out)
 {
 	bool srq = t->rx->srq_off != 0;
 	struct shm_wq *wq = shm_at(t->seg, srq ? t->rx->srq_off : t->rx->rq_off);
-	bool ring = false;
 
 	sv_shm_lock(&wq->lock);
 	if (!wq->count) {
 		sv_shm_unlock(&wq->lock);
 		return SV_R_RNR;	/* 9.7.5.2.8: no receive WQE, RNR NAK */
 	}
-	struct shm_rwqe *w = shm_wq_slot(t->seg, wq, wq->head);
-	memcpy(out, w, sizeof(*w) + w->num_sge * sizeof(w->sge[0]));
-	wq->head = (wq->head + 1) % wq->size;
-	wq->count--;
-	/* IBA 10.2.9.3: dropping below an armed limit raises one event. */
-	if (srq && wq->limit && wq->count < wq->limit) {
-		wq->limit = 0;
-		atomic_store_explicit(&wq->limit_hit, 1, memory_order_release);
-		ring = true;
-	}
+	bool ring = sv_resp_pop_locked(t, wq, out);
 	sv_shm_unlock(&wq->lock);
 	if (ring)
 		sv_seg_ring(t->seg);
@@ -313,7 +320,7 @@ void sv_resp_fail(struct sv_target *t, const struct shm_rwqe *wqe, enum ibv_wc_s
 	if (wqe) {
 		struct shm_cqe e = { .wr_id = wqe->wr_id, .status = status, .opcode = IBV_WC_RECV,
 				     .qp_num = t->qp->qpn };
-		sv_cq_push(t->seg, shm_at(t->seg, t->rx->rcq_off), &e);
+		sv_cq_push(t->seg, shm_at(t->seg, t->rcq_off), &e);
 	}
 	/* No initiator may deliver to the QP from now on.  The owner applies
 	 * the rest of the transition (flushes, events) on its next verb on

@@ -39,6 +39,7 @@ static void set_ops(struct sv_context *c)
 	v->open_xrcd = sv_open_xrcd;
 	v->close_xrcd = sv_close_xrcd;
 	v->get_srq_num = sv_get_srq_num;
+	v->post_srq_ops = sv_post_srq_ops;
 	v->open_qp = sv_open_qp;
 	v->advise_mr = sv_advise_mr;
 	v->alloc_td = sv_alloc_td;

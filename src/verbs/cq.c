@@ -98,7 +98,8 @@ SV_EXPORT void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
 #define SUPPORTED_WC_FLAGS (IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | \
 	IBV_WC_EX_WITH_QP_NUM | IBV_WC_EX_WITH_SRC_QP | IBV_WC_EX_WITH_SLID | \
 	IBV_WC_EX_WITH_SL | IBV_WC_EX_WITH_DLID_PATH_BITS | \
-	IBV_WC_EX_WITH_COMPLETION_TIMESTAMP | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK)
+	IBV_WC_EX_WITH_COMPLETION_TIMESTAMP | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK | \
+	IBV_WC_EX_WITH_TM_INFO)
 #define KNOWN_CQ_FLAGS (IBV_CREATE_CQ_ATTR_SINGLE_THREADED | IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN)
 
 static struct shm_cqe *cq_peek(struct sv_cq *cq)
@@ -180,6 +181,12 @@ static uint8_t rd_sl(struct ibv_cq_ex *ex) { return CUR(ex)->sl; }
 static uint8_t rd_dlid_path_bits(struct ibv_cq_ex *ex) { return CUR(ex)->dlid_path_bits; }
 static uint64_t rd_ts(struct ibv_cq_ex *ex) { return CUR(ex)->ts; }
 
+static void rd_tm_info(struct ibv_cq_ex *ex, struct ibv_wc_tm_info *tm)
+{
+	tm->tag = CUR(ex)->tag;
+	tm->priv = CUR(ex)->imm;	/* the TMH's app_ctx, as sent */
+}
+
 static uint64_t rd_wallclock(struct ibv_cq_ex *ex)
 {
 	/* Timestamps are CLOCK_MONOTONIC; convert by the current offset. */
@@ -218,7 +225,7 @@ static int check_cq_attr(struct ibv_context *ctx, const struct ibv_cq_init_attr_
 			       (void *)a->channel);
 	if (a->wc_flags & ~(uint64_t)SUPPORTED_WC_FLAGS)
 		return sv_fail(EOPNOTSUPP, verb, "wc_flags 0x%llx: only 0x%llx are supported "
-			       "(no CVLAN, flow tag or tag matching)",
+			       "(no CVLAN or flow tag)",
 			       (unsigned long long)a->wc_flags, (unsigned long long)SUPPORTED_WC_FLAGS);
 	if (a->comp_mask & ~(uint32_t)(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD))
 		return sv_fail(EINVAL, verb, "unknown comp_mask bits 0x%x", a->comp_mask);
@@ -315,6 +322,7 @@ struct ibv_cq_ex *sv_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_at
 	ex->read_dlid_path_bits = rd_dlid_path_bits;
 	ex->read_completion_ts = rd_ts;
 	ex->read_completion_wallclock_ns = rd_wallclock;
+	ex->read_tm_info = rd_tm_info;
 	pthread_mutex_lock(&c->lock);
 	cq->next = c->cqs;
 	c->cqs = cq;

@@ -257,6 +257,10 @@ int sv_query_device_ex(struct ibv_context *ctx, const struct ibv_query_device_ex
 	a.xrc_odp_caps = a.odp_caps.per_transport_caps.rc_odp_caps;
 	a.phys_port_cnt_ex = SV_NUM_PORTS;
 	a.max_dm_size = SV_MAX_DM_SIZE;
+	a.tm_caps = (struct ibv_tm_caps){
+		.max_rndv_hdr_size = SV_MAX_RNDV_HDR, .max_num_tags = SV_MAX_TM_TAGS,
+		.flags = IBV_TM_CAP_RC, .max_ops = SV_MAX_TM_OPS, .max_sge = SV_MAX_SRQ_SGE,
+	};
 	/* Fields of newer structs than the caller knows are simply not
 	 * written, as rdma-core does for older binaries. */
 	memcpy(attr, &a, attr_size < sizeof(a) ? attr_size : sizeof(a));

@@ -83,6 +83,10 @@ static int check_init_attr(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *
 		return sv_fail(EINVAL, verb, "srq %p is not a live SRQ", (void *)a->srq);
 	if (a->srq && !sv_same_ctx(a->srq->context, ctx))
 		return sv_fail(EINVAL, verb, "srq %p belongs to another device context", (void *)a->srq);
+	/* Tag matching is defined for RC (IBV_TM_CAP_RC only). */
+	if (a->srq && sv_srq(a->srq)->wq->tm_tags && a->qp_type != IBV_QPT_RC)
+		return sv_fail(EINVAL, verb, "srq %p is a tag-matching SRQ, which serves RC QPs only",
+			       (void *)a->srq);
 	if (cap->max_send_wr > SV_MAX_QP_WR || (!a->srq && cap->max_recv_wr > SV_MAX_QP_WR))
 		return sv_fail(EINVAL, verb, "max_send_wr %u / max_recv_wr %u: max_qp_wr is %d",
 			       cap->max_send_wr, cap->max_recv_wr, SV_MAX_QP_WR);

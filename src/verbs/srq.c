@@ -75,9 +75,7 @@ struct ibv_srq *sv_create_srq_ex(struct ibv_context *ctx, struct ibv_srq_init_at
 				       IBV_SRQ_INIT_ATTR_TM))
 		return sv_fail_null(EINVAL, verb, "unknown comp_mask bits 0x%x", a->comp_mask);
 	enum ibv_srq_type type = a->comp_mask & IBV_SRQ_INIT_ATTR_TYPE ? a->srq_type : IBV_SRQT_BASIC;
-	if (type == IBV_SRQT_TM)
-		return sv_fail_null(EOPNOTSUPP, verb, "tag-matching SRQs are not supported");
-	if (type != IBV_SRQT_BASIC && type != IBV_SRQT_XRC)
+	if (type != IBV_SRQT_BASIC && type != IBV_SRQT_XRC && type != IBV_SRQT_TM)
 		return sv_fail_null(EINVAL, verb, "srq_type %d is not an SRQ type", type);
 	if (!(a->comp_mask & IBV_SRQ_INIT_ATTR_PD))
 		return sv_fail_null(EINVAL, verb, "an SRQ needs a PD (IBV_SRQ_INIT_ATTR_PD)");
@@ -89,6 +87,18 @@ struct ibv_srq *sv_create_srq_ex(struct ibv_context *ctx, struct ibv_srq_init_at
 		return sv_fail_null(EINVAL, verb, "an XRC SRQ needs an XRC domain and a CQ "
 				    "(IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ)");
 	if (xrc && (!sv_xrcd_of(a->xrcd, ctx, verb) || !sv_cq_of(a->cq, ctx, verb, "cq")))
+		return NULL;
+	bool tm = type == IBV_SRQT_TM;
+	if (tm && ((a->comp_mask & (IBV_SRQ_INIT_ATTR_TM | IBV_SRQ_INIT_ATTR_CQ)) !=
+		   (IBV_SRQ_INIT_ATTR_TM | IBV_SRQ_INIT_ATTR_CQ)))
+		return sv_fail_null(EINVAL, verb, "a tag-matching SRQ needs tm_cap and a CQ "
+				    "(IBV_SRQ_INIT_ATTR_TM | IBV_SRQ_INIT_ATTR_CQ)");
+	if (tm && (a->tm_cap.max_num_tags < 1 || a->tm_cap.max_num_tags > SV_MAX_TM_TAGS ||
+		   a->tm_cap.max_ops > SV_MAX_TM_OPS))
+		return sv_fail_null(EINVAL, verb, "tm_cap max_num_tags %u / max_ops %u: the device "
+				    "allows 1..%d tags and %d operations", a->tm_cap.max_num_tags,
+				    a->tm_cap.max_ops, SV_MAX_TM_TAGS, SV_MAX_TM_OPS);
+	if (tm && !sv_cq_of(a->cq, ctx, verb, "cq"))
 		return NULL;
 	if (a->attr.max_wr < 1 || a->attr.max_wr > SV_MAX_SRQ_WR)
 		return sv_fail_null(EINVAL, verb, "max_wr %u is out of range 1..%d", a->attr.max_wr,
@@ -108,13 +118,15 @@ struct ibv_srq *sv_create_srq_ex(struct ibv_context *ctx, struct ibv_srq_init_at
 		srq->wq = sv_seg_new_wq(&c->seg, a->attr.max_wr, a->attr.max_sge, &srq->wq_off);
 	if (srq && srq->wq)
 		srq->wq_bytes = sv_seg_wq_bytes(srq->wq);
-	if (srq && srq->wq && xrc && xsrq_publish(c, srq, a)) {
+	if (srq && srq->wq && ((xrc && xsrq_publish(c, srq, a)) ||
+			       (tm && sv_tm_list_new(c, srq->wq, a->tm_cap.max_num_tags)))) {
 		sv_seg_free(&c->seg, srq->wq_off, srq->wq_bytes);
 		srq->wq = NULL;
 	}
 	if (!srq || !srq->wq || sv_obj_add(srq, SV_OBJ_SRQ, ctx)) {
 		if (srq && srq->wq) {
 			xsrq_unpublish(c, srq);
+			sv_tm_list_free(c, srq->wq);
 			sv_seg_free(&c->seg, srq->wq_off, srq->wq_bytes);
 		}
 		free(srq);
@@ -123,8 +135,11 @@ struct ibv_srq *sv_create_srq_ex(struct ibv_context *ctx, struct ibv_srq_init_at
 	}
 	if (xrc) {
 		srq->xrcd = sv_xrcd(a->xrcd);
-		srq->cq = sv_cq(a->cq);
 		atomic_fetch_add(&srq->xrcd->users, 1);
+	}
+	if (xrc || tm) {
+		srq->cq = sv_cq(a->cq);
+		srq->wq->tm_cq_off = tm ? srq->cq->sh_off : 0;
 		atomic_fetch_add(&srq->cq->users, 1);
 	}
 	srq->ibsrq.context = ctx;
@@ -279,10 +294,11 @@ static void srq_free(struct sv_srq *srq)
 	pthread_mutex_lock(&c->lock);
 	SV_LIST_DEL(&c->srqs, srq);
 	pthread_mutex_unlock(&c->lock);
-	if (srq->xrcd) {
+	if (srq->xrcd)
 		atomic_fetch_sub(&srq->xrcd->users, 1);
+	if (srq->cq)
 		atomic_fetch_sub(&srq->cq->users, 1);
-	}
+	sv_tm_list_free(c, srq->wq);
 	if (srq->wq->wqe_off != sv_seg_wq_slots(srq->wq_off))
 		sv_seg_free(&c->seg, srq->wq->wqe_off, (uint64_t)srq->wq->size * srq->wq->stride);
 	sv_seg_free(&c->seg, srq->wq_off, srq->wq_bytes);

@@ -77,7 +77,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('--build', required=True)
     ap.add_argument('--links', default='ib,roce')
-    ap.add_argument('--min-pass', type=int, default=130)
+    ap.add_argument('--min-pass', type=int, default=135)
     args = ap.parse_args()
     build = os.path.abspath(args.build)
     dst = os.path.join(build, 'pyverbs-tests')

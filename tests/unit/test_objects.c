@@ -381,13 +381,6 @@ static void test_unsupported_is_eopnotsupp(void **state)
 	assert_null(ibv_create_counters(f->ctx, &ca));
 	assert_int_equal(errno, EOPNOTSUPP);
 	struct ibv_qp *qp = fix_qp(f, IBV_QPT_UD);
-	/* Tag-matching SRQs are not offered. */
-	struct ibv_srq_init_attr_ex tm = { .attr = { 4, 1, 0 }, .srq_type = IBV_SRQT_TM,
-					   .comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD,
-					   .pd = f->pd };
-	errno = 0;
-	assert_null(ibv_create_srq_ex(f->ctx, &tm));
-	assert_int_equal(errno, EOPNOTSUPP);
 	/* TSO (raw packet QPs only) is refused at post time. */
 	fix_walk(f, qp, IBV_QPS_RTS);
 	struct ibv_send_wr wr = { .opcode = IBV_WR_TSO }, *bad = NULL;

@@ -33,7 +33,7 @@
 #include <stdint.h>
 
 #define SHM_MAGIC	0x4d485653u	/* "SVHM" */
-#define SHM_VERSION	3u
+#define SHM_VERSION	4u
 #define SHM_SEG_SIZE	(256ull << 20)	/* sparse: only touched pages cost memory */
 #define SHM_ALIGN	64u
 
@@ -116,8 +116,29 @@ struct shm_wq {
 	uint32_t limit;			/* SRQ limit; 0 = not armed */
 	_Atomic uint32_t limit_hit;	/* an initiator crossed the limit */
 	uint32_t stride;		/* bytes per WQE */
-	uint32_t pad;
+	uint32_t tm_tags;		/* a tag-matching SRQ's list length; 0 = not one */
 	uint64_t wqe_off;		/* segment offset of slot 0 */
+	/* Tag matching (IBV_SRQT_TM), under lock: the matching list, the
+	 * CQ every completion of the SRQ goes to, the unexpected messages
+	 * delivered so far (the "hardware" count of phase
+	 * synchronisation) and the count software last reported. */
+	uint64_t tm_off, tm_cq_off;
+	uint64_t tm_seq;		/* posting order of the next tag */
+	uint32_t tm_unexp, tm_synced;
+	uint32_t tm_stride, tm_used;
+};
+
+/* One entry of a tag-matching list, followed by its buffer as a receive
+ * WQE (wr_id = the recv_wr_id TM_RECV completions carry).  A handle is
+ * gen << 16 | index, so a handle of a consumed entry fails to delete a
+ * later tag in the same slot. */
+enum shm_tm_state { SHM_TM_FREE, SHM_TM_ACTIVE, SHM_TM_PENDING /* until a sync */ };
+
+struct shm_tm_tag {
+	uint64_t tag, mask;
+	uint64_t seq;			/* the earliest posted match wins */
+	uint32_t state;			/* enum shm_tm_state */
+	uint32_t gen;
 };
 
 struct shm_rwqe {
@@ -127,17 +148,20 @@ struct shm_rwqe {
 	struct ibv_sge sge[];
 };
 
-/* One completion, as produced by either side. */
+/* One completion, as produced by either side.  A tag-matching receive
+ * carries the TMH's tag and, in imm, its app_ctx (ibv_wc_tm_info). */
 struct shm_cqe {
 	uint64_t wr_id;
 	uint64_t ts;
-	uint32_t status, opcode, vendor_err, byte_len;
+	uint64_t tag;
+	uint32_t vendor_err, byte_len;
 	uint32_t imm, qp_num, src_qp, wc_flags;
 	uint16_t pkey_index, slid;
-	uint8_t sl, dlid_path_bits, solicited, pad;
-	uint32_t pad2;
+	uint8_t status, opcode;		/* enum ibv_wc_status, enum ibv_wc_opcode: below 256 */
+	uint8_t sl, dlid_path_bits, solicited, pad[3];
 };
 _Static_assert(sizeof(struct shm_cqe) == 64, "one cache line per CQE");
+_Static_assert(IBV_WC_DRIVER3 < 256 && IBV_WC_TM_RNDV_INCOMPLETE < 256, "opcode and status fit a byte");
 
 struct shm_cq {
 	pthread_mutex_t lock;		/* robust, process-shared */
@@ -240,6 +264,18 @@ static inline _Atomic uint64_t *shm_qp_dir(const struct shm_hdr *h)
 static inline struct shm_cqe *shm_cq_ring(const struct shm_hdr *h, const struct shm_cq *cq)
 {
 	return shm_at(h, cq->ring_off);
+}
+
+static inline struct shm_tm_tag *shm_tm_at(const struct shm_hdr *h, const struct shm_wq *wq,
+					   uint32_t i)
+{
+	return shm_at(h, wq->tm_off + (uint64_t)i * wq->tm_stride);
+}
+
+/* The buffer of a tag entry. */
+static inline struct shm_rwqe *shm_tm_wqe(struct shm_tm_tag *t)
+{
+	return (struct shm_rwqe *)(t + 1);
 }
 
 static inline struct shm_rwqe *shm_wq_slot(const struct shm_hdr *h, const struct shm_wq *wq,

@@ -103,6 +103,7 @@ int sv_parse_log_level(const char *s);
 enum sv_obj_type {
 	SV_OBJ_CONTEXT = 1, SV_OBJ_PD, SV_OBJ_MR, SV_OBJ_CQ, SV_OBJ_CHANNEL,
 	SV_OBJ_SRQ, SV_OBJ_QP, SV_OBJ_AH, SV_OBJ_TD, SV_OBJ_MW, SV_OBJ_DM, SV_OBJ_XRCD,
+	SV_OBJ_FLOW, SV_OBJ_WQ, SV_OBJ_RWQ_IND,
 };
 
 int sv_obj_add(void *obj, enum sv_obj_type type, struct ibv_context *ctx);
@@ -192,6 +193,29 @@ void sv_reg_qpn_set_state(uint32_t qpn, enum ibv_qp_state state);
 void sv_reg_count_bytes(uint32_t ep, enum sv_copy_path path, uint64_t n);
 /* UD multicast: attach/detach a QPN to a group (0, ENOMEM, EINVAL), and
  * the QPNs attached to a group, by GID or (without a GRH) by LID. */
+/* A raw frame's headers as flow steering sees them: the filters of
+ * verbs.h (network byte order), plus which L3 and L4 are present. */
+struct sv_pkt_key {
+	struct ibv_flow_eth_filter eth;
+	struct ibv_flow_ipv4_ext_filter ip4;
+	struct ibv_flow_ipv6_filter ip6;
+	struct ibv_flow_tcp_udp_filter l4;
+	uint8_t l3;			/* 4, 6, or 0 */
+	uint8_t l4proto;		/* IPPROTO_TCP, IPPROTO_UDP, or 0 */
+};
+
+/* A compiled ibv_flow_attr: a frame matches when every key byte the mask
+ * selects equals the value's. */
+struct sv_flow_rule {
+	struct sv_pkt_key val, mask;
+	uint16_t priority;
+	uint8_t port, type;		/* enum ibv_flow_attr_type */
+};
+
+int sv_reg_flow_add(uint32_t qpn, const struct sv_flow_rule *r, uint32_t *slot);
+void sv_reg_flow_del(uint32_t slot, uint32_t qpn);
+/* The QPNs one frame on port reaches, each once. */
+int sv_reg_flow_targets(const struct sv_pkt_key *k, uint8_t port, uint32_t *qpns, int max);
 int sv_reg_mcast_attach(uint32_t qpn, const union ibv_gid *gid, uint16_t lid);
 int sv_reg_mcast_detach(uint32_t qpn, const union ibv_gid *gid, uint16_t lid);
 int sv_reg_mcast_members(const union ibv_gid *gid, uint16_t lid, bool by_gid, uint32_t *qpns,
@@ -300,6 +324,7 @@ struct sv_context {
 	uint32_t ep;			/* host registry endpoint */
 	struct sv_keytab mrs;		/* lkey/rkey -> MR */
 	atomic_uint nqp, ncq, npd, nsrq, nah;
+	atomic_uint wq_seq;		/* numbers of WQs and indirection tables */
 };
 
 struct sv_pd {
@@ -461,6 +486,9 @@ struct sv_qp {
 	struct sv_srq *srq;
 	struct sv_xrcd *xrcd;		/* XRC_RECV */
 	atomic_uint opens;		/* XRC_RECV: handles from ibv_open_qp */
+	atomic_uint flows;		/* raw packet: its flow rules (verbs/flow.c) */
+	struct sv_rwq_ind *ind;		/* raw packet with RSS: its indirection table */
+	uint64_t rss_off, rss_bytes;
 	struct ibv_qp_cap cap;
 	int sq_sig_all;
 	struct ibv_qp_attr attr;	/* everything modify_qp has set */
@@ -509,6 +537,25 @@ static inline bool sv_same_ctx(struct ibv_context *a, struct ibv_context *b)
 #define sv_mr(p)  ((struct sv_mr *)(p))
 #define sv_cq(p)  ((struct sv_cq *)(p))
 #define sv_srq(p) ((struct sv_srq *)(p))
+
+/* A receive work queue (ibv_create_wq) and an indirection table of them. */
+struct sv_wq {
+	struct ibv_wq ibwq;
+	struct sv_context *ctx;
+	struct sv_pd *pd;
+	struct sv_cq *cq;
+	struct shm_wq *sh;
+	uint64_t sh_off;
+	atomic_uint users;		/* indirection tables holding it */
+};
+#define sv_wq(p) ((struct sv_wq *)(p))
+
+struct sv_rwq_ind {
+	struct ibv_rwq_ind_table ib;
+	uint32_t log_size;
+	atomic_uint users;		/* QPs hashing into it */
+	struct sv_wq *wqs[];
+};
 #define sv_qp(p)  ((struct sv_qp *)(p))
 #define sv_ah(p)  ((struct sv_ah *)(p))
 #define sv_mw(p)  ((struct sv_mw *)(p))
@@ -678,6 +725,19 @@ int sv_get_srq_num(struct ibv_srq *srq, uint32_t *srq_num);
 int sv_tm_list_new(struct sv_context *c, struct shm_wq *wq, uint32_t tags);
 void sv_tm_list_free(struct sv_context *c, struct shm_wq *wq);
 int sv_post_srq_ops(struct ibv_srq *srq, struct ibv_ops_wr *op, struct ibv_ops_wr **bad);
+/* verbs/flow.c and verbs/wq.c: raw packet steering and receive side scaling. */
+bool sv_has_net_raw(void);
+struct ibv_flow *sv_create_flow(struct ibv_qp *qp, struct ibv_flow_attr *a);
+int sv_destroy_flow(struct ibv_flow *flow);
+void sv_flow_free(void *obj);
+struct ibv_wq *sv_create_wq(struct ibv_context *ctx, struct ibv_wq_init_attr *a);
+int sv_modify_wq(struct ibv_wq *wq, struct ibv_wq_attr *a);
+int sv_destroy_wq(struct ibv_wq *wq);
+void sv_wq_free(void *obj);
+struct ibv_rwq_ind_table *sv_create_rwq_ind_table(struct ibv_context *ctx,
+						  struct ibv_rwq_ind_table_init_attr *a);
+int sv_destroy_rwq_ind_table(struct ibv_rwq_ind_table *t);
+void sv_rwq_ind_free(void *obj);
 void sv_srq_release(struct sv_srq *srq);
 
 /* verbs/qp.c */

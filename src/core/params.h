@@ -75,9 +75,14 @@
 #define SV_HOST_MAX_QP		65536
 #define SV_HOST_MAX_ENDPOINTS	4096
 /* The registry's layout version, part of its file name (core/registry.c). */
-#define SV_REGISTRY_VERSION	5u
+#define SV_REGISTRY_VERSION	6u
 #define SV_HOST_MAX_MCAST_ATTACH 4096	/* (QP, group) attachments */
 #define SV_MAX_MCAST_QP_ATTACH	64	/* members one multicast send reaches */
+#define SV_HOST_MAX_FLOWS	1024	/* flow steering rules of raw packet QPs */
+#define SV_MAX_FLOW_TARGETS	64	/* QPs one raw frame reaches */
+#define SV_MAX_RAW_FRAME	9216	/* a jumbo Ethernet frame */
+#define SV_MAX_RWQ_IND_LOG	8	/* RSS indirection tables of up to 256 WQs */
+#define SV_MAX_RSS_KEY		128
 
 /* IB unicast LIDs are 0x0001..0xbfff (IBA 4.1.3). */
 #define SV_LID_MAX_UNICAST	0xbfff

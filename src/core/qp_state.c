@@ -15,7 +15,7 @@
 
 #include "../sv.h"
 
-enum qpt { T_RC, T_UC, T_UD, T_XRC_SEND, T_XRC_RECV, T_NUM };
+enum qpt { T_RC, T_UC, T_UD, T_XRC_SEND, T_XRC_RECV, T_RAW, T_NUM };
 
 static int qpt_index(enum ibv_qp_type t)
 {
@@ -25,6 +25,7 @@ static int qpt_index(enum ibv_qp_type t)
 	case IBV_QPT_UD: return T_UD;
 	case IBV_QPT_XRC_SEND: return T_XRC_SEND;
 	case IBV_QPT_XRC_RECV: return T_XRC_RECV;
+	case IBV_QPT_RAW_PACKET: return T_RAW;
 	default: return -1;
 	}
 }
@@ -54,14 +55,16 @@ static const struct transition table[IBV_QPS_ERR + 1][IBV_QPS_ERR + 1] = {
 		[S(ERR)] = { .valid = true },
 		[S(INIT)] = { .valid = true, .req = {
 			[T_RC] = INIT_REQ_CONN, [T_UC] = INIT_REQ_CONN, [T_UD] = INIT_REQ_UD,
-			[T_XRC_SEND] = INIT_REQ_CONN, [T_XRC_RECV] = INIT_REQ_CONN } },
+			[T_XRC_SEND] = INIT_REQ_CONN, [T_XRC_RECV] = INIT_REQ_CONN,
+			[T_RAW] = M(PORT) } },
 	},
 	[S(INIT)] = {
 		[S(RESET)] = { .valid = true },
 		[S(ERR)] = { .valid = true },
 		[S(INIT)] = { .valid = true, .opt = {
 			[T_RC] = INIT_REQ_CONN, [T_UC] = INIT_REQ_CONN, [T_UD] = INIT_REQ_UD,
-			[T_XRC_SEND] = INIT_REQ_CONN, [T_XRC_RECV] = INIT_REQ_CONN } },
+			[T_XRC_SEND] = INIT_REQ_CONN, [T_XRC_RECV] = INIT_REQ_CONN,
+			[T_RAW] = M(PORT) } },
 		[S(RTR)] = { .valid = true,
 			.req = { [T_RC] = RTR_REQ_RC, [T_UC] = RTR_REQ_UC,
 				 [T_XRC_SEND] = RTR_REQ_UC, [T_XRC_RECV] = RTR_REQ_RC },

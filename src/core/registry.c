@@ -72,12 +72,21 @@ struct reg_mcast {
 	uint8_t gid[16];
 };
 
+/* One flow steering rule of a raw packet QP (ibv_create_flow), owned by
+ * its QPN like an attachment. */
+struct reg_flow {
+	uint32_t qpn;			/* 0 = free */
+	uint32_t pad;
+	struct sv_flow_rule r;
+};
+
 struct reg_hdr {
 	uint32_t magic, version;
 	uint64_t size;
 	uint32_t off_eps, n_eps;
 	uint32_t off_qpns, n_qpns;
 	uint32_t off_mcast, n_mcast;
+	uint32_t off_flows, n_flows;
 	pthread_mutex_t lock;		/* robust, process-shared */
 	uint32_t qpn_cursor;		/* next QPN index to try */
 	uint16_t lid[SV_MAX_DEVICES];
@@ -105,6 +114,10 @@ static size_t layout(struct reg_hdr *h)
 	h->n_mcast = SV_HOST_MAX_MCAST_ATTACH;
 	h->off_mcast = (uint32_t)off;
 	off += h->n_mcast * sizeof(struct reg_mcast);
+	off = (off + 63) & ~(size_t)63;
+	h->n_flows = SV_HOST_MAX_FLOWS;
+	h->off_flows = (uint32_t)off;
+	off += h->n_flows * sizeof(struct reg_flow);
 	return (off + 4095) & ~(size_t)4095;
 }
 
@@ -123,16 +136,28 @@ static struct reg_mcast *mcasts(void)
 	return (struct reg_mcast *)((char *)reg + reg->off_mcast);
 }
 
-/* Drops the attachments of QPNs that are free.  Caller holds reg->lock. */
+static struct reg_flow *flows(void)
+{
+	return (struct reg_flow *)((char *)reg + reg->off_flows);
+}
+
+static bool qpn_free_locked(uint32_t qpn)
+{
+	uint32_t q = qpn - SV_QPN_BASE;
+
+	return q >= reg->n_qpns || !atomic_load_explicit(&qpns()[q].owner, memory_order_relaxed);
+}
+
+/* Drops the attachments and flow rules of QPNs that are free.  Caller
+ * holds reg->lock. */
 static void mcast_sweep_locked(void)
 {
-	for (uint32_t i = 0; i < reg->n_mcast; i++) {
-		struct reg_mcast *m = &mcasts()[i];
-		uint32_t q = m->qpn - SV_QPN_BASE;
-		if (m->qpn && (q >= reg->n_qpns ||
-			       !atomic_load_explicit(&qpns()[q].owner, memory_order_relaxed)))
-			m->qpn = 0;
-	}
+	for (uint32_t i = 0; i < reg->n_mcast; i++)
+		if (mcasts()[i].qpn && qpn_free_locked(mcasts()[i].qpn))
+			mcasts()[i].qpn = 0;
+	for (uint32_t i = 0; i < reg->n_flows; i++)
+		if (flows()[i].qpn && qpn_free_locked(flows()[i].qpn))
+			flows()[i].qpn = 0;
 }
 
 uint64_t sv_proc_start_time(int32_t pid)
@@ -527,6 +552,94 @@ int sv_reg_mcast_members(const union ibv_gid *gid, uint16_t lid, bool by_gid, ui
 			k++;
 		if (k == n)
 			qpns_out[n++] = m->qpn;
+	}
+	reg_unlock();
+	return n;
+}
+
+int sv_reg_flow_add(uint32_t qpn, const struct sv_flow_rule *r, uint32_t *slot)
+{
+	int ret = ENOMEM;
+
+	reg_lock();
+	for (uint32_t i = 0; i < reg->n_flows; i++) {
+		if (flows()[i].qpn)
+			continue;
+		flows()[i].r = *r;
+		flows()[i].qpn = qpn;
+		*slot = i;
+		ret = 0;
+		break;
+	}
+	reg_unlock();
+	return ret;
+}
+
+void sv_reg_flow_del(uint32_t slot, uint32_t qpn)
+{
+	reg_lock();
+	if (slot < reg->n_flows && flows()[slot].qpn == qpn)
+		flows()[slot].qpn = 0;
+	reg_unlock();
+}
+
+/* Every byte of the key that the rule masks must agree. */
+static bool flow_match(const struct sv_flow_rule *r, const struct sv_pkt_key *k)
+{
+	const uint8_t *v = (const uint8_t *)&r->val, *m = (const uint8_t *)&r->mask;
+	const uint8_t *p = (const uint8_t *)k;
+
+	for (size_t i = 0; i < sizeof(*k); i++)
+		if ((p[i] ^ v[i]) & m[i])
+			return false;
+	return true;
+}
+
+static int add_target(uint32_t *qpns_out, int n, int max, uint32_t qpn)
+{
+	for (int k = 0; k < n; k++)
+		if (qpns_out[k] == qpn)
+			return n;
+	if (n < max)
+		qpns_out[n++] = qpn;
+	return n;
+}
+
+int sv_reg_flow_targets(const struct sv_pkt_key *k, uint8_t port, uint32_t *qpns_out, int max)
+{
+	int best = INT32_MAX, n = 0;
+
+	reg_lock();
+	/* NORMAL rules: the matching ones of the best (lowest) priority. */
+	for (uint32_t i = 0; i < reg->n_flows; i++) {
+		const struct reg_flow *f = &flows()[i];
+		if (f->qpn && f->r.port == port && f->r.type == IBV_FLOW_ATTR_NORMAL &&
+		    f->r.priority < best && flow_match(&f->r, k))
+			best = f->r.priority;
+	}
+	for (uint32_t i = 0; i < reg->n_flows; i++) {
+		const struct reg_flow *f = &flows()[i];
+		if (!f->qpn || f->r.port != port)
+			continue;
+		bool take;
+		switch (f->r.type) {
+		case IBV_FLOW_ATTR_NORMAL:
+			take = f->r.priority == best && flow_match(&f->r, k);
+			break;
+		/* The defaults take what no NORMAL rule took (all traffic, or
+		 * multicast: the group bit of the destination MAC). */
+		case IBV_FLOW_ATTR_ALL_DEFAULT:
+			take = best == INT32_MAX;
+			break;
+		case IBV_FLOW_ATTR_MC_DEFAULT:
+			take = best == INT32_MAX && (k->eth.dst_mac[0] & 1);
+			break;
+		default:	/* SNIFFER: a copy of everything */
+			take = true;
+			break;
+		}
+		if (take)
+			n = add_target(qpns_out, n, max, f->qpn);
 	}
 	reg_unlock();
 	return n;

@@ -44,12 +44,17 @@ struct sv_target {
 	 * memory: the QP itself, or for XRC the SRQ the request names. */
 	struct shm_qp *rx;
 	uint64_t rcq_off;	/* where receive completions go, in seg */
+	uint64_t wq_off;	/* the receive queue (RQ, SRQ or WQ), in seg */
+	uint32_t wq_num;	/* a WQ's number, reported as qp_num; else 0 */
 	int32_t pid;
 	struct sv_map_cache *cache;	/* the initiating QP's */
 	bool mapped;		/* the last buffer resolved is mapped here (direct path) */
 	char why[SV_WHY_LEN];	/* the failed check, for explain mode */
 };
 
+/* The QP numbered qpn, wherever it lives, with its queues; and the same
+ * checked as the destination of qp (type, receiving state). */
+enum sv_result sv_resp_locate(struct sv_qp *qp, uint32_t qpn, struct sv_target *t);
 enum sv_result sv_resp_find(struct sv_qp *qp, uint32_t qpn, struct sv_target *t);
 /* XRC: the SRQ srqn of the target QP's domain becomes t->rx. */
 enum sv_result sv_resp_xrc(struct sv_target *t, uint32_t srqn);
@@ -83,6 +88,9 @@ void sv_resp_recv_put(struct sv_target *t, const struct shm_rwqe *w, struct shm_
 enum sv_result sv_deliver_wqe(struct sv_qp *qp, const struct sv_swqe *w, struct sv_target *t,
 			      const struct shm_rwqe *rw, const struct iovec *msg, int nmsg,
 			      uint64_t len, bool data, struct shm_cqe *e);
+/* Takes a receive WQE of t (RNR when there is none) and delivers into it. */
+enum sv_result sv_deliver_recv(struct sv_qp *qp, struct sv_swqe *w, struct sv_target *t,
+			       const struct iovec *liov, int nl, uint64_t len, bool data);
 /* A failed process_vm_* call, as an outcome. */
 enum sv_result sv_copy_failed(int err, int32_t pid);
 /* Why the last WQE this thread executed failed, for explain mode. */
@@ -93,6 +101,11 @@ enum sv_result sv_tm_deliver(struct sv_qp *qp, const struct sv_swqe *w, struct s
 			     struct shm_wq *wq, const struct iovec *msg, int nmsg, uint64_t len);
 /* Delivers the FIN a rendezvous left due on qp (qp->fin). */
 void sv_tm_send_fin(struct sv_qp *qp);
+
+/* engine/raw.c: a raw packet QP's frame, to every QP whose flow rules
+ * take it (UD-like: nothing comes back). */
+enum sv_result sv_raw_send(struct sv_qp *qp, struct sv_swqe *w, const struct iovec *frame,
+			   int n, uint64_t len);
 
 /* engine/req.c: send-queue slots, shared by ibv_post_send and ibv_wr_*. */
 struct sv_swqe *sv_sq_slot(struct sv_qp *qp, uint32_t i);

@@ -28,7 +28,7 @@ enum {
 	F_LOCAL = 1 << 7,			/* executed here; no packet (bind, invalidate) */
 	F_WORD = 1 << 8,			/* exactly one aligned 8-byte word */
 };
-enum { T_RC = 1 << 0, T_UC = 1 << 1, T_UD = 1 << 2, T_XRC = 1 << 3 };
+enum { T_RC = 1 << 0, T_UC = 1 << 1, T_UD = 1 << 2, T_XRC = 1 << 3, T_RAW = 1 << 4 };
 #define T_RCX (T_RC | T_XRC)	/* XRC_SEND has RC's operations */
 
 static const struct wr_info {
@@ -39,7 +39,8 @@ static const struct wr_info {
 	[IBV_WR_RDMA_WRITE] = { "RDMA_WRITE", F_WRITE, T_RCX | T_UC, IBV_WC_RDMA_WRITE },
 	[IBV_WR_RDMA_WRITE_WITH_IMM] = { "RDMA_WRITE_WITH_IMM", F_WRITE | F_IMM | F_RECV,
 					 T_RCX | T_UC, IBV_WC_RDMA_WRITE },
-	[IBV_WR_SEND] = { "SEND", F_SEND | F_RECV, T_RCX | T_UC | T_UD, IBV_WC_SEND },
+	/* A raw packet QP's SEND is a whole Ethernet frame. */
+	[IBV_WR_SEND] = { "SEND", F_SEND | F_RECV, T_RCX | T_UC | T_UD | T_RAW, IBV_WC_SEND },
 	[IBV_WR_SEND_WITH_IMM] = { "SEND_WITH_IMM", F_SEND | F_IMM | F_RECV, T_RCX | T_UC | T_UD,
 				   IBV_WC_SEND },
 	[IBV_WR_RDMA_READ] = { "RDMA_READ", F_READ, T_RCX, IBV_WC_RDMA_READ },
@@ -59,7 +60,7 @@ __thread char sv_last_why[SV_WHY_LEN];
 static unsigned type_bit(enum ibv_qp_type t)
 {
 	return t == IBV_QPT_RC ? T_RC : t == IBV_QPT_UC ? T_UC : t == IBV_QPT_UD ? T_UD :
-	       t == IBV_QPT_XRC_SEND ? T_XRC : 0;
+	       t == IBV_QPT_XRC_SEND ? T_XRC : t == IBV_QPT_RAW_PACKET ? T_RAW : 0;
 }
 
 /* Acknowledged transports: errors come back as NAKs and retries happen. */
@@ -217,8 +218,8 @@ int sv_post_send(struct ibv_qp *ib, struct ibv_send_wr *wr, struct ibv_send_wr *
 
 	if (!qp->sq) {
 		*bad = wr;
-		return sv_fail(EINVAL, "ibv_post_send", "qpn 0x%x is an XRC_RECV QP, which has no "
-			       "send queue", ib->qp_num);
+		return sv_fail(EINVAL, "ibv_post_send", "qpn 0x%x has no send queue (an XRC_RECV "
+			       "QP, or a raw packet QP with RSS)", ib->qp_num);
 	}
 	/* C10-30: the send queue accepts work from RTS on (and in SQD and
 	 * ERR, where it is held or flushed). */
@@ -413,7 +414,7 @@ enum sv_result sv_deliver_wqe(struct sv_qp *qp, const struct sv_swqe *w, struct 
 	}
 	e->wr_id = rw->wr_id;
 	e->byte_len = (uint32_t)(data ? need : len);
-	e->qp_num = t->qp->qpn;
+	e->qp_num = t->wq_num ? t->wq_num : t->qp->qpn;
 	if (!e->src_qp)
 		e->src_qp = qp->ex.qp_base.qp_num;
 	e->slid = qp->slid;
@@ -431,15 +432,15 @@ enum sv_result sv_deliver_wqe(struct sv_qp *qp, const struct sv_swqe *w, struct 
 	return SV_R_OK;
 }
 
-static enum sv_result deliver_recv(struct sv_qp *qp, struct sv_swqe *w, struct sv_target *t,
-				   struct iovec *liov, int nl, uint64_t len, bool data)
+enum sv_result sv_deliver_recv(struct sv_qp *qp, struct sv_swqe *w, struct sv_target *t,
+			       const struct iovec *liov, int nl, uint64_t len, bool data)
 {
 	union { struct shm_rwqe w; char buf[sizeof(struct shm_rwqe) + SV_MAX_SGE * sizeof(struct ibv_sge)]; } rw;
 	struct shm_cqe e = { .opcode = data ? IBV_WC_RECV : IBV_WC_RECV_RDMA_WITH_IMM };
 
 	/* A tag-matching SRQ looks at every message it receives. */
 	if (data && t->rx->srq_off) {
-		struct shm_wq *wq = shm_at(t->seg, t->rx->srq_off);
+		struct shm_wq *wq = shm_at(t->seg, t->wq_off);
 		if (wq->tm_tags)
 			return sv_tm_deliver(qp, w, t, wq, liov, nl, len);
 	}
@@ -530,7 +531,7 @@ static enum sv_result send_mcast(struct sv_qp *qp, struct sv_swqe *w, struct iov
 		if (members[i] == qp->ex.qp_base.qp_num || sv_resp_find(qp, members[i], &t) != SV_R_OK ||
 		    !qkey_ok(qp, w, &t))
 			continue;
-		deliver_recv(qp, w, &t, liov, nl, len, true);
+		sv_deliver_recv(qp, w, &t, liov, nl, len, true);
 	}
 	return SV_R_OK;
 }
@@ -586,6 +587,8 @@ static enum sv_result execute(struct sv_qp *qp, struct sv_swqe *w)
 	if (type == IBV_QPT_UD && len > (128u << sv_config()->active_mtu))
 		return SV_R_LOC_LEN;
 
+	if (type == IBV_QPT_RAW_PACKET)
+		return sv_raw_send(qp, w, liov, nl, len);
 	if (type == IBV_QPT_UD && w->remote_qpn == SV_MCAST_QPN)
 		return send_mcast(qp, w, liov, nl, len);
 	uint32_t qpn = type == IBV_QPT_UD ? w->remote_qpn : qp->attr.dest_qp_num;
@@ -604,7 +607,7 @@ static enum sv_result execute(struct sv_qp *qp, struct sv_swqe *w)
 		return SV_R_DROPPED;
 
 	if (wi->flags & F_SEND)
-		return deliver_recv(qp, w, &t, liov, nl, len, true);
+		return sv_deliver_recv(qp, w, &t, liov, nl, len, true);
 	if (wi->flags & F_ATOMIC)
 		return do_atomic(qp, w, &t, liov, len);
 
@@ -636,7 +639,7 @@ static enum sv_result execute(struct sv_qp *qp, struct sv_swqe *w)
 		 * Without a WQE it is an RNR NAK, and the retry writes again,
 		 * as a retransmission would. */
 		struct iovec none;
-		r = deliver_recv(qp, w, &t, &none, 0, len, false);
+		r = sv_deliver_recv(qp, w, &t, &none, 0, len, false);
 	}
 	sv_resp_mr_put(t.seg, mr);
 	if (err)

@@ -22,7 +22,7 @@ static bool try_direct(const struct sv_target *t)
 	return t->pid != sv_pid() && sv_config()->copy == SV_COPY_AUTO;
 }
 
-enum sv_result sv_resp_find(struct sv_qp *qp, uint32_t qpn, struct sv_target *t)
+enum sv_result sv_resp_locate(struct sv_qp *qp, uint32_t qpn, struct sv_target *t)
 {
 	struct sv_reg_ep_info ep;
 
@@ -44,12 +44,25 @@ enum sv_result sv_resp_find(struct sv_qp *qp, uint32_t qpn, struct sv_target *t)
 	t->cache = &qp->map;
 	t->qseg = t->seg;
 	t->qp = sv_seg_qp(t->seg, qpn);
+	if (!t->qp)
+		return SV_R_NO_RESPONSE;
 	t->rx = t->qp;
 	t->rcq_off = t->qp->rcq_off;
+	t->wq_off = t->qp->srq_off ? t->qp->srq_off : t->qp->rq_off;
+	t->wq_num = 0;
 	t->pid = ep.pid;
+	return SV_R_OK;
+}
+
+enum sv_result sv_resp_find(struct sv_qp *qp, uint32_t qpn, struct sv_target *t)
+{
+	enum sv_result r = sv_resp_locate(qp, qpn, t);
+
+	if (r != SV_R_OK)
+		return r;
 	enum ibv_qp_type type = qp->ex.qp_base.qp_type;
 	/* An XRC initiator talks to an XRC target; other types to their own. */
-	if (!t->qp || t->qp->type != (type == IBV_QPT_XRC_SEND ? IBV_QPT_XRC_RECV : type))
+	if (t->qp->type != (type == IBV_QPT_XRC_SEND ? IBV_QPT_XRC_RECV : type))
 		return SV_R_NO_RESPONSE;
 	/* C10-29: a QP receives only in RTR, RTS and SQD; packets for a QP
 	 * in any other state are silently dropped. */
@@ -87,6 +100,7 @@ enum sv_result sv_resp_xrc(struct sv_target *t, uint32_t srqn)
 	t->pid = ep.pid;
 	t->rx = x;
 	t->rcq_off = x->rcq_off;
+	t->wq_off = x->srq_off;
 	return SV_R_OK;
 }
 
@@ -254,8 +268,7 @@ bool sv_resp_pop_locked(struct sv_target *t, struct shm_wq *wq, struct shm_rwqe 
 
 enum sv_result sv_resp_take_recv(struct sv_target *t, struct shm_rwqe *out)
 {
-	bool srq = t->rx->srq_off != 0;
-	struct shm_wq *wq = shm_at(t->seg, srq ? t->rx->srq_off : t->rx->rq_off);
+	struct shm_wq *wq = shm_at(t->seg, t->wq_off);
 
 	sv_shm_lock(&wq->lock);
 	if (!wq->count) {

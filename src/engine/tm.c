@@ -193,7 +193,7 @@ enum sv_result sv_tm_deliver(struct sv_qp *qp, const struct sv_swqe *w, struct s
 	bool has_tmh = len >= sizeof(h.tmh);
 	bool tagged = (has_tmh && h.tmh.opcode == IBV_TMH_EAGER) ||
 		      (len >= sizeof(h) && h.tmh.opcode == IBV_TMH_RNDV);
-	t->rcq_off = wq->tm_cq_off;
+	t->rcq_off = wq->cq_off;
 	enum sv_result r = tm_take(t, wq, tagged, be64toh(h.tmh.tag), &rw.w, &matched);
 	if (r != SV_R_OK)
 		return r;

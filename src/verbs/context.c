@@ -40,6 +40,13 @@ static void set_ops(struct sv_context *c)
 	v->close_xrcd = sv_close_xrcd;
 	v->get_srq_num = sv_get_srq_num;
 	v->post_srq_ops = sv_post_srq_ops;
+	v->ibv_create_flow = sv_create_flow;
+	v->ibv_destroy_flow = sv_destroy_flow;
+	v->create_wq = sv_create_wq;
+	v->modify_wq = sv_modify_wq;
+	v->destroy_wq = sv_destroy_wq;
+	v->create_rwq_ind_table = sv_create_rwq_ind_table;
+	v->destroy_rwq_ind_table = sv_destroy_rwq_ind_table;
 	v->open_qp = sv_open_qp;
 	v->advise_mr = sv_advise_mr;
 	v->alloc_td = sv_alloc_td;
@@ -148,7 +155,10 @@ static void release_channel(void *o, void *a) { (void)a; sv_channel_release(o); 
  * not destroy is destroyed now, users before what they use. */
 static void release_objects(struct ibv_context *ctx)
 {
+	sv_obj_release_all(ctx, SV_OBJ_FLOW, sv_flow_free);
 	sv_obj_foreach(ctx, SV_OBJ_QP, release_qp, NULL);
+	sv_obj_release_all(ctx, SV_OBJ_RWQ_IND, sv_rwq_ind_free);
+	sv_obj_release_all(ctx, SV_OBJ_WQ, sv_wq_free);
 	sv_obj_foreach(ctx, SV_OBJ_AH, release_ah, NULL);
 	sv_mw_release_all(ctx);
 	sv_mr_release_all(ctx);

@@ -257,6 +257,20 @@ int sv_query_device_ex(struct ibv_context *ctx, const struct ibv_query_device_ex
 	a.xrc_odp_caps = a.odp_caps.per_transport_caps.rc_odp_caps;
 	a.phys_port_cnt_ex = SV_NUM_PORTS;
 	a.max_dm_size = SV_MAX_DM_SIZE;
+	/* Raw packet QPs exist on Ethernet ports (RoCE mode). */
+	if (sv_config()->link == SV_LINK_ROCE) {
+		a.max_wq_type_rq = SV_MAX_QP;
+		a.rss_caps = (struct ibv_rss_caps){
+			.supported_qpts = 1u << IBV_QPT_RAW_PACKET,
+			.max_rwq_indirection_tables = SV_MAX_QP,
+			.max_rwq_indirection_table_size = 1u << SV_MAX_RWQ_IND_LOG,
+			.rx_hash_fields_mask = IBV_RX_HASH_SRC_IPV4 | IBV_RX_HASH_DST_IPV4 |
+				IBV_RX_HASH_SRC_IPV6 | IBV_RX_HASH_DST_IPV6 |
+				IBV_RX_HASH_SRC_PORT_TCP | IBV_RX_HASH_DST_PORT_TCP |
+				IBV_RX_HASH_SRC_PORT_UDP | IBV_RX_HASH_DST_PORT_UDP,
+			.rx_hash_function = IBV_RX_HASH_FUNC_TOEPLITZ,
+		};
+	}
 	a.tm_caps = (struct ibv_tm_caps){
 		.max_rndv_hdr_size = SV_MAX_RNDV_HDR, .max_num_tags = SV_MAX_TM_TAGS,
 		.flags = IBV_TM_CAP_RC, .max_ops = SV_MAX_TM_OPS, .max_sge = SV_MAX_SRQ_SGE,

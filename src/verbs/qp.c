@@ -26,11 +26,46 @@ static int check_type(const struct ibv_qp_init_attr_ex *a, const char *verb)
 	case IBV_QPT_XRC_SEND: case IBV_QPT_XRC_RECV:
 		return 0;
 	case IBV_QPT_RAW_PACKET:
-		return sv_fail(EOPNOTSUPP, verb, "raw packet QPs need an Ethernet device; "
-			       "softverbs has none");
+		/* Frames are Ethernet: the port must be (RoCE mode).  The
+		 * kernel asks for CAP_NET_RAW. */
+		if (sv_config()->link != SV_LINK_ROCE)
+			return sv_fail(EOPNOTSUPP, verb, "raw packet QPs need an Ethernet port; "
+				       "this device is InfiniBand (SOFTVERBS_LINK_LAYER=roce)");
+		if (!sv_has_net_raw())
+			return sv_fail(EPERM, verb, "raw packet QPs need CAP_NET_RAW");
+		return 0;
 	default:
 		return sv_fail(EINVAL, verb, "qp_type %d is not a QP type", a->qp_type);
 	}
+}
+
+#define RSS_FIELDS (IBV_RX_HASH_SRC_IPV4 | IBV_RX_HASH_DST_IPV4 | IBV_RX_HASH_SRC_IPV6 | \
+	IBV_RX_HASH_DST_IPV6 | IBV_RX_HASH_SRC_PORT_TCP | IBV_RX_HASH_DST_PORT_TCP | \
+	IBV_RX_HASH_SRC_PORT_UDP | IBV_RX_HASH_DST_PORT_UDP)
+
+/* A receive-only raw packet QP that spreads frames over an indirection
+ * table of WQs by a Toeplitz hash (engine/raw.c): no queues, no CQs. */
+static int check_rss(struct ibv_context *ctx, const struct ibv_qp_init_attr_ex *a, const char *verb)
+{
+	const struct ibv_rx_hash_conf *h = &a->rx_hash_conf;
+
+	if ((a->comp_mask & (IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH)) !=
+	    (IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH) || a->qp_type != IBV_QPT_RAW_PACKET)
+		return sv_fail(EINVAL, verb, "RSS needs a raw packet QP with both an indirection "
+			       "table and a hash configuration");
+	if (!sv_obj_live(a->rwq_ind_tbl, SV_OBJ_RWQ_IND) || !sv_same_ctx(a->rwq_ind_tbl->context, ctx))
+		return sv_fail(EINVAL, verb, "rwq_ind_tbl is not a live table of this context");
+	if (h->rx_hash_function != IBV_RX_HASH_FUNC_TOEPLITZ || h->rx_hash_fields_mask & ~RSS_FIELDS)
+		return sv_fail(EOPNOTSUPP, verb, "RSS hashes with Toeplitz over IP addresses and "
+			       "TCP/UDP ports only (fields 0x%llx asked)",
+			       (unsigned long long)h->rx_hash_fields_mask);
+	if (h->rx_hash_key_len < 4 || h->rx_hash_key_len > SV_MAX_RSS_KEY || !h->rx_hash_key)
+		return sv_fail(EINVAL, verb, "rx_hash_key_len %u is out of range 4..%d",
+			       h->rx_hash_key_len, SV_MAX_RSS_KEY);
+	if (a->cap.max_send_wr || a->cap.max_recv_wr || a->srq)
+		return sv_fail(EINVAL, verb, "an RSS QP receives through its WQs only: no send or "
+			       "receive queue, no SRQ");
+	return 0;
 }
 
 static int check_init_attr(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *a)
@@ -40,10 +75,8 @@ static int check_init_attr(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *
 
 	if (a->comp_mask & ~(uint32_t)QP_INIT_KNOWN_MASK)
 		return sv_fail(EINVAL, verb, "unknown comp_mask bits 0x%x", a->comp_mask);
-	if (a->comp_mask & (IBV_QP_INIT_ATTR_MAX_TSO_HEADER | IBV_QP_INIT_ATTR_IND_TABLE |
-			    IBV_QP_INIT_ATTR_RX_HASH))
-		return sv_fail(EOPNOTSUPP, verb, "TSO, RSS indirection and RX hash need raw packet "
-			       "QPs, which need an Ethernet device");
+	if (a->comp_mask & IBV_QP_INIT_ATTR_MAX_TSO_HEADER)
+		return sv_fail(EOPNOTSUPP, verb, "TSO is not offered");
 	if ((a->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && a->create_flags)
 		return sv_fail(EOPNOTSUPP, verb, "create_flags 0x%x: no QP creation flag is "
 			       "supported", a->create_flags);
@@ -68,6 +101,8 @@ static int check_init_attr(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *
 			       sv_qp_type_name(a->qp_type));
 	if (!sv_pd_of(a->pd, ctx, verb))
 		return EINVAL;
+	if (a->comp_mask & (IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH))
+		return check_rss(ctx, a, verb);
 	/* An XRC initiator QP only sends. */
 	bool xini = a->qp_type == IBV_QPT_XRC_SEND;
 	if (!a->send_cq || (!a->recv_cq && !xini))
@@ -111,7 +146,33 @@ static void qp_free_queues(struct sv_qp *qp)
 		sv_seg_free(&c->seg, qp->sh_off, sizeof(*qp->sh));
 	if (qp->sq)
 		sv_pd_free(sv_pd(qp->ex.qp_base.pd), qp->sq, qp->sq_from_app);
+	if (qp->rss_off)
+		sv_seg_free(&c->seg, qp->rss_off, qp->rss_bytes);
+	if (qp->ind)
+		atomic_fetch_sub(&qp->ind->users, 1);
 	pthread_mutex_destroy(&qp->sq_lock);
+}
+
+/* What initiators hash with: the key, the fields and the WQs' queues. */
+static int rss_alloc(struct sv_context *c, struct sv_qp *qp, const struct ibv_qp_init_attr_ex *a)
+{
+	struct sv_rwq_ind *t = (struct sv_rwq_ind *)a->rwq_ind_tbl;
+	uint32_t n = 1u << t->log_size;
+
+	qp->rss_bytes = sizeof(struct shm_rss) + n * sizeof(uint64_t);
+	qp->rss_off = sv_seg_alloc(&c->seg, qp->rss_bytes);
+	if (!qp->rss_off)
+		return ENOMEM;
+	struct shm_rss *r = shm_at(c->seg.h, qp->rss_off);
+	r->fields = a->rx_hash_conf.rx_hash_fields_mask;
+	r->log_size = t->log_size;
+	r->key_len = a->rx_hash_conf.rx_hash_key_len;
+	memcpy(r->key, a->rx_hash_conf.rx_hash_key, r->key_len);
+	for (uint32_t i = 0; i < n; i++)
+		r->wq_off[i] = t->wqs[i]->sh_off;
+	qp->ind = t;
+	atomic_fetch_add(&t->users, 1);
+	return 0;
 }
 
 /* The shared QP block and receive queue, and the private send queue. */
@@ -126,6 +187,8 @@ static int qp_alloc_queues(struct sv_context *c, struct sv_qp *qp,
 	qp->sh = shm_at(c->seg.h, qp->sh_off);
 	if (a->qp_type == IBV_QPT_XRC_RECV)
 		return 0;	/* no queue at all */
+	if (a->comp_mask & IBV_QP_INIT_ATTR_IND_TABLE)
+		return rss_alloc(c, qp, a);	/* receives through its WQs only */
 	if (!a->srq && a->qp_type != IBV_QPT_XRC_SEND) {
 		qp->rq = sv_seg_new_wq(&c->seg, a->cap.max_recv_wr, a->cap.max_recv_sge, &qp->rq_off);
 		if (!qp->rq)
@@ -247,6 +310,7 @@ struct ibv_qp *sv_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_
 	sh->rcq_off = qp->rcq ? qp->rcq->sh_off : 0;
 	sh->rq_off = qp->rq ? qp->rq_off : 0;
 	sh->srq_off = qp->srq ? qp->srq->wq_off : 0;
+	sh->rss_off = qp->rss_off;
 	atomic_store(&sh->state, IBV_QPS_RESET);
 	sv_seg_publish_qp(c->seg.h, qpn, qp->sh_off);
 	qp->ctx = c;
@@ -483,32 +547,44 @@ static void enter_state(struct sv_qp *qp, enum ibv_qp_state cur, enum ibv_qp_sta
 	sv_reg_qpn_set_state(ib->qp_num, next);
 }
 
-void sv_qp_to_err(struct sv_qp *qp, int ev)
+/* The caller holds qp->lock. */
+static void to_err_locked(struct sv_qp *qp)
 {
 	struct ibv_qp *ib = &qp->ex.qp_base;
 
-	pthread_mutex_lock(&qp->lock);
 	if (ib->state != IBV_QPS_ERR && ib->state != IBV_QPS_RESET)
 		enter_state(qp, ib->state, IBV_QPS_ERR, &qp->attr, 0);
 	else if (ib->state == IBV_QPS_ERR)
 		sv_sq_flush(qp);	/* WQEs posted after the transition */
+}
+
+void sv_qp_to_err(struct sv_qp *qp, int ev)
+{
+	pthread_mutex_lock(&qp->lock);
+	to_err_locked(qp);
 	pthread_mutex_unlock(&qp->lock);
 	if (ev >= 0)
-		sv_async_event(ib->context, ib, (enum ibv_event_type)ev);
+		sv_async_event(qp->ex.qp_base.context, &qp->ex.qp_base, (enum ibv_event_type)ev);
 }
 
 /* Applies an ERR transition a peer's request caused (resp.c), so that the
- * owner's verbs never act on a state the QP has already left. */
+ * owner's verbs never act on a state the QP has already left.  The flag
+ * is taken under the QP's lock: a verb that finds it taken by another
+ * thread (the progress thread) then waits on that lock for the transition
+ * instead of reading the state before it. */
 void sv_qp_sync(struct sv_qp *qp)
 {
 	/* Read before writing: the block's line is read by every initiator,
 	 * and a write would take it from their caches. */
 	if (!atomic_load_explicit(&qp->sh->err_pending, memory_order_relaxed))
 		return;
+	pthread_mutex_lock(&qp->lock);
 	uint32_t e = atomic_exchange_explicit(&qp->sh->err_pending, 0, memory_order_acquire);
-
 	if (e)
-		sv_qp_to_err(qp, (int)e - 2);
+		to_err_locked(qp);
+	pthread_mutex_unlock(&qp->lock);
+	if (e >= 2)
+		sv_async_event(qp->ex.qp_base.context, &qp->ex.qp_base, (enum ibv_event_type)(e - 2));
 }
 
 SV_EXPORT int ibv_modify_qp(struct ibv_qp *ib, struct ibv_qp_attr *attr, int mask)
@@ -703,6 +779,10 @@ SV_EXPORT int ibv_destroy_qp(struct ibv_qp *ib)
 			if (atomic_compare_exchange_weak(&qp->opens, &o, o - 1))
 				return 0;
 	}
+	/* The kernel keeps a QP with flow rules (EBUSY). */
+	if (sv_obj_live(ib, SV_OBJ_QP) && atomic_load(&qp->flows))
+		return sv_fail(EBUSY, "ibv_destroy_qp", "qpn 0x%x still has %u flow rules; destroy "
+			       "them first", ib->qp_num, atomic_load(&qp->flows));
 	if (!sv_obj_del(ib, SV_OBJ_QP))
 		return sv_fail(EINVAL, "ibv_destroy_qp", "QP %p is not live (destroyed already?)",
 			       (void *)ib);

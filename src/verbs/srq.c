@@ -139,7 +139,7 @@ struct ibv_srq *sv_create_srq_ex(struct ibv_context *ctx, struct ibv_srq_init_at
 	}
 	if (xrc || tm) {
 		srq->cq = sv_cq(a->cq);
-		srq->wq->tm_cq_off = tm ? srq->cq->sh_off : 0;
+		srq->wq->cq_off = tm ? srq->cq->sh_off : 0;
 		atomic_fetch_add(&srq->cq->users, 1);
 	}
 	srq->ibsrq.context = ctx;

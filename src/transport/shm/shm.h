@@ -118,14 +118,31 @@ struct shm_wq {
 	uint32_t stride;		/* bytes per WQE */
 	uint32_t tm_tags;		/* a tag-matching SRQ's list length; 0 = not one */
 	uint64_t wqe_off;		/* segment offset of slot 0 */
+	/* The CQ every completion of this queue goes to when it is not the
+	 * receiving QP's: a tag-matching SRQ's, a WQ's (ibv_create_wq). */
+	uint64_t cq_off;
+	/* A WQ's number and state (enum ibv_wq_state, written by the owner,
+	 * read by initiators: relaxed, a frame races a state change as it
+	 * would on the wire). */
+	uint32_t wq_num;
+	_Atomic uint32_t wq_state;
 	/* Tag matching (IBV_SRQT_TM), under lock: the matching list, the
-	 * CQ every completion of the SRQ goes to, the unexpected messages
-	 * delivered so far (the "hardware" count of phase
-	 * synchronisation) and the count software last reported. */
-	uint64_t tm_off, tm_cq_off;
+	 * unexpected messages delivered so far (the "hardware" count of
+	 * phase synchronisation) and the count software last reported. */
+	uint64_t tm_off;
 	uint64_t tm_seq;		/* posting order of the next tag */
 	uint32_t tm_unexp, tm_synced;
 	uint32_t tm_stride, tm_used;
+};
+
+/* A raw packet QP's receive side scaling (IBV_QP_INIT_ATTR_RX_HASH): the
+ * Toeplitz key, the fields hashed (enum ibv_rx_hash_fields) and the
+ * indirection table, as segment offsets of its WQs' struct shm_wq. */
+struct shm_rss {
+	uint64_t fields;
+	uint32_t log_size, key_len;
+	uint8_t key[128];
+	uint64_t wq_off[];
 };
 
 /* One entry of a tag-matching list, followed by its buffer as a receive
@@ -192,6 +209,7 @@ struct shm_qp {
 	_Atomic uint32_t err_pending;	/* an initiator moved it to ERR (IBV_EVENT_*) */
 	uint32_t pad;
 	uint64_t xrcd;			/* XRC_RECV and XRC SRQ: the XRC domain's id */
+	uint64_t rss_off;		/* raw packet QP with RSS: struct shm_rss, else 0 */
 };
 
 /* An XRC SRQ is published in the QPN directory too, under its SRQ

@@ -608,6 +608,8 @@ uint64_t sv_now_ns(void);
 /* Adds a completion to a CQ in segment h; raises the channel event when
  * armed.  Returns false on overrun. */
 bool sv_cq_push(struct shm_hdr *h, struct shm_cq *cq, const struct shm_cqe *e);
+/* Sequence numbers of a fresh ring whose first `used` slots hold entries. */
+void sv_cq_ring_init(struct shm_cqe *ring, uint32_t size, uint32_t used);
 /* Removes every completion of QP qpn from a CQ (a QP entering RESET). */
 void sv_cq_clean(struct shm_hdr *h, struct shm_cq *cq, uint32_t qpn);
 /* Completes every WQE of a receive queue with IBV_WC_WR_FLUSH_ERR. */

@@ -69,6 +69,10 @@
 /* Completion timestamps are CLOCK_MONOTONIC nanoseconds: a 1 GHz clock. */
 #define SV_HCA_CORE_CLOCK_KHZ	1000000ull
 
+/* A locker of a shared queue's mutex spins this many times (each a CPU
+ * pause, about 10-40 ns) before it sleeps in the kernel. */
+#define SV_LOCK_SPINS		256
+
 /* Host registry: QPNs are allocated host-wide from this range. QPN 0 and 1
  * are the IB special QPs (SMI/GSI), so allocation starts above them. */
 #define SV_QPN_BASE		0x11

@@ -4,6 +4,9 @@
  * completion events, flushing, and the outcome -> status table.
  */
 #define _GNU_SOURCE
+#include <sched.h>
+#include <stddef.h>
+#include <string.h>
 #include <time.h>
 
 #include "engine.h"
@@ -34,54 +37,87 @@ uint64_t sv_now_ns(void)
 	return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
 }
 
+void sv_cq_ring_init(struct shm_cqe *ring, uint32_t size, uint32_t used)
+{
+	for (uint32_t i = 0; i < size; i++)
+		atomic_store_explicit(&ring[i].seq, i < used ? i + 1 : i, memory_order_relaxed);
+}
+
+/* Counts this producer in, unless a resize holds the ring (shm.h). */
+static void producer_enter(struct shm_cq *cq)
+{
+	for (;;) {
+		atomic_fetch_add(&cq->producers, 1);
+		if (!atomic_load(&cq->frozen))
+			return;
+		atomic_fetch_sub(&cq->producers, 1);
+		while (atomic_load_explicit(&cq->frozen, memory_order_relaxed))
+			sched_yield();
+	}
+}
+
 bool sv_cq_push(struct shm_hdr *h, struct shm_cq *cq, const struct shm_cqe *e)
 {
-	bool ring = false, ok = true;
-
-	sv_shm_lock(&cq->lock);
-	uint32_t n = atomic_load_explicit(&cq->count, memory_order_relaxed);
-	if (n == cq->size) {
-		/* IBA 11.4.2.1: an overrun CQ is in error; the owner raises
-		 * IBV_EVENT_CQ_ERR. */
-		atomic_store_explicit(&cq->overrun, 1, memory_order_relaxed);
-		ok = false;
-		ring = true;
-	} else {
-		struct shm_cqe *slot = &shm_cq_ring(h, cq)[(cq->head + n) % cq->size];
-		*slot = *e;
-		/* The clock is read only for CQs that report it. */
-		if (cq->stamp)
-			slot->ts = sv_now_ns();
-		/* Pairs with the acquire load of count in the owner's poll:
-		 * the entry is complete before it is counted. */
-		atomic_store_explicit(&cq->count, n + 1, memory_order_release);
-		/* IBA 11.4.2.2: an armed CQ raises one event for the next
-		 * completion; solicited-only arms fire on solicited or failed
-		 * ones. */
-		uint32_t armed = atomic_load_explicit(&cq->armed, memory_order_relaxed);
-		if (armed == 1 || (armed == 2 && (e->solicited || e->status != IBV_WC_SUCCESS))) {
-			atomic_store_explicit(&cq->armed, 0, memory_order_relaxed);
-			atomic_store_explicit(&cq->notify, 1, memory_order_release);
-			ring = true;
+	producer_enter(cq);
+	struct shm_cqe *ring = shm_cq_ring(h, cq), *slot;
+	uint32_t size = cq->size;
+	uint64_t pos = atomic_load_explicit(&cq->tail, memory_order_relaxed);
+	for (;;) {
+		slot = &ring[pos % size];
+		/* Pairs with the owner's release store freeing the slot. */
+		int32_t d = (int32_t)(atomic_load_explicit(&slot->seq, memory_order_acquire) -
+				      (uint32_t)pos);
+		if (d == 0 && atomic_compare_exchange_weak_explicit(&cq->tail, &pos, pos + 1,
+								    memory_order_relaxed,
+								    memory_order_relaxed))
+			break;
+		if (d < 0) {
+			/* IBA 11.4.2.1: an overrun CQ is in error; the owner
+			 * raises IBV_EVENT_CQ_ERR. */
+			atomic_fetch_sub_explicit(&cq->producers, 1, memory_order_release);
+			atomic_store_explicit(&cq->overrun, 1, memory_order_relaxed);
+			sv_seg_ring(h);
+			return false;
 		}
+		if (d > 0)
+			pos = atomic_load_explicit(&cq->tail, memory_order_relaxed);
 	}
-	sv_shm_unlock(&cq->lock);
-	if (ring)
+	memcpy(slot, e, offsetof(struct shm_cqe, seq));
+	/* The clock is read only for CQs that report it. */
+	if (cq->stamp)
+		slot->ts = sv_now_ns();
+	/* Pairs with the owner's acquire load in its poll: the entry is
+	 * complete before it is seen. */
+	atomic_store_explicit(&slot->seq, (uint32_t)pos + 1, memory_order_release);
+	atomic_fetch_sub_explicit(&cq->producers, 1, memory_order_release);
+	/* IBA 11.4.2.2: an armed CQ raises one event for the next completion;
+	 * solicited-only arms fire on solicited or failed ones.  The fence
+	 * orders the entry before the arm is read, against the owner's arm
+	 * before its re-poll (ibv_req_notify_cq(3)): one of the two sees the
+	 * other. */
+	atomic_thread_fence(memory_order_seq_cst);
+	uint32_t armed = atomic_load_explicit(&cq->armed, memory_order_relaxed);
+	if ((armed == 1 || (armed == 2 && (e->solicited || e->status != IBV_WC_SUCCESS))) &&
+	    atomic_compare_exchange_strong(&cq->armed, &armed, 0)) {
+		atomic_store_explicit(&cq->notify, 1, memory_order_release);
 		sv_seg_ring(h);
-	return ok;
+	}
+	return true;
 }
 
 void sv_cq_clean(struct shm_hdr *h, struct shm_cq *cq, uint32_t qpn)
 {
 	sv_shm_lock(&cq->lock);
 	struct shm_cqe *ring = shm_cq_ring(h, cq);
-	uint32_t n = atomic_load_explicit(&cq->count, memory_order_relaxed), kept = 0;
-	for (uint32_t i = 0; i < n; i++) {
-		struct shm_cqe e = ring[(cq->head + i) % cq->size];
-		if (e.qp_num != qpn)
-			ring[(cq->head + kept++) % cq->size] = e;
+	/* Entries stay where they are (producers may be filling the slots
+	 * behind them); the poller skips the ones marked dead. */
+	for (uint64_t p = atomic_load_explicit(&cq->head, memory_order_relaxed);; p++) {
+		struct shm_cqe *e = &ring[p % cq->size];
+		if (atomic_load_explicit(&e->seq, memory_order_acquire) != (uint32_t)p + 1)
+			break;
+		if (e->qp_num == qpn)
+			e->opcode = SHM_CQE_DEAD;
 	}
-	atomic_store_explicit(&cq->count, kept, memory_order_release);
 	sv_shm_unlock(&cq->lock);
 }
 

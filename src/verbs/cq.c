@@ -13,6 +13,8 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <sched.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -102,22 +104,43 @@ SV_EXPORT void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
 	IBV_WC_EX_WITH_TM_INFO)
 #define KNOWN_CQ_FLAGS (IBV_CREATE_CQ_ATTR_SINGLE_THREADED | IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN)
 
-static struct shm_cqe *cq_peek(struct sv_cq *cq)
+/* The entry at the head once a producer has published it (shm.h). */
+static struct shm_cqe *cq_peek_at(struct sv_cq *cq, uint64_t head)
 {
 	struct shm_cq *q = cq->sh;
+	struct shm_cqe *e = &shm_cq_ring(cq->ctx->seg.h, q)[head % q->size];
 
-	/* Pairs with the release store of count in sv_cq_push(). */
-	if (!atomic_load_explicit(&q->count, memory_order_acquire))
-		return NULL;
-	return &shm_cq_ring(cq->ctx->seg.h, q)[q->head];
+	/* Pairs with the producer's release store of seq. */
+	return atomic_load_explicit(&e->seq, memory_order_acquire) == (uint32_t)head + 1 ? e : NULL;
 }
 
+/* Frees the head's slot for the producers' next lap; under lock. */
 static void cq_consume(struct sv_cq *cq)
 {
 	struct shm_cq *q = cq->sh;
+	uint64_t head = atomic_load_explicit(&q->head, memory_order_relaxed);
+	struct shm_cqe *e = &shm_cq_ring(cq->ctx->seg.h, q)[head % q->size];
 
-	q->head = (q->head + 1) % q->size;
-	atomic_fetch_sub_explicit(&q->count, 1, memory_order_relaxed);
+	/* Pairs with the acquire load of a producer that claims the slot. */
+	atomic_store_explicit(&e->seq, (uint32_t)(head + q->size), memory_order_release);
+	atomic_store_explicit(&q->head, head + 1, memory_order_relaxed);
+}
+
+/* The next live entry, dropping those a QP's reset took back; under lock. */
+static struct shm_cqe *cq_peek(struct sv_cq *cq)
+{
+	struct shm_cqe *e;
+
+	while ((e = cq_peek_at(cq, atomic_load_explicit(&cq->sh->head, memory_order_relaxed))) &&
+	       e->opcode == SHM_CQE_DEAD)
+		cq_consume(cq);
+	return e;
+}
+
+/* Lock-free look for a completion, so that an empty poll takes no lock. */
+static bool cq_maybe_ready(struct sv_cq *cq)
+{
+	return cq_peek_at(cq, atomic_load_explicit(&cq->sh->head, memory_order_relaxed)) != NULL;
 }
 
 static void load_current(struct sv_cq *cq, struct shm_cqe *e)
@@ -133,7 +156,7 @@ static int cq_start_poll(struct ibv_cq_ex *ex, struct ibv_poll_cq_attr *attr)
 
 	if (attr && attr->comp_mask)
 		return EINVAL;
-	if (!atomic_load_explicit(&cq->sh->count, memory_order_relaxed))
+	if (!cq_maybe_ready(cq))
 		return ENOENT;
 	sv_shm_lock(&cq->sh->lock);
 	struct shm_cqe *e = cq_peek(cq);
@@ -258,6 +281,7 @@ static bool cq_alloc_ring(struct sv_context *c, struct sv_cq *cq, uint32_t cqe)
 	sv_shm_mutex_init(&q->lock);
 	q->size = cqe;
 	q->ring_off = first_ring_off(off);
+	sv_cq_ring_init(shm_at(c->seg.h, q->ring_off), cqe, 0);
 	cq->sh = q;
 	cq->sh_off = off;
 	cq->sh_bytes = bytes;
@@ -348,7 +372,7 @@ int sv_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 	struct sv_cq *cq = sv_cq(ibcq);
 	int i;
 
-	if (!atomic_load_explicit(&cq->sh->count, memory_order_relaxed))
+	if (!cq_maybe_ready(cq))
 		return 0;	/* the common empty poll takes no lock */
 	sv_shm_lock(&cq->sh->lock);
 	for (i = 0; i < n; i++) {
@@ -375,12 +399,12 @@ int sv_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 	if (!cq->ch)
 		return sv_fail(EINVAL, "ibv_req_notify_cq", "CQ %p has no completion channel",
 			       (void *)ibcq);
-	/* Solicited-only never weakens an arm for every completion.  Read
-	 * by producers under the CQ lock (sv_cq_push). */
-	sv_shm_lock(&cq->sh->lock);
-	if (atomic_load_explicit(&cq->sh->armed, memory_order_relaxed) != 1)
-		atomic_store_explicit(&cq->sh->armed, solicited_only ? 2 : 1, memory_order_relaxed);
-	sv_shm_unlock(&cq->sh->lock);
+	/* Solicited-only never weakens an arm for every completion.  A
+	 * producer takes the arm with a compare-and-swap (sv_cq_push). */
+	uint32_t cur = atomic_load(&cq->sh->armed);
+	while (cur != 1 && !atomic_compare_exchange_weak(&cq->sh->armed, &cur,
+							 solicited_only ? 2u : 1u))
+		;
 	return 0;
 }
 
@@ -398,23 +422,32 @@ SV_EXPORT int ibv_resize_cq(struct ibv_cq *ibcq, int cqe)
 		return sv_fail(ENOMEM, "ibv_resize_cq", "out of memory");
 	struct shm_cq *q = cq->sh;
 	sv_shm_lock(&q->lock);
-	uint32_t n = atomic_load_explicit(&q->count, memory_order_relaxed);
+	/* Stop producers (shm.h): a claimed slot is always finished first. */
+	atomic_store(&q->frozen, 1);
+	while (atomic_load(&q->producers))
+		sched_yield();
+	uint64_t head = atomic_load_explicit(&q->head, memory_order_relaxed);
+	uint32_t n = (uint32_t)(atomic_load_explicit(&q->tail, memory_order_relaxed) - head);
 	if ((uint32_t)cqe < n) {
+		atomic_store(&q->frozen, 0);
 		sv_shm_unlock(&q->lock);
 		sv_seg_free(&cq->ctx->seg, off, (uint64_t)cqe * sizeof(struct shm_cqe));
 		return sv_fail(EINVAL, "ibv_resize_cq", "CQ holds %u completions, more than cqe %d; "
 			       "poll them first", n, cqe);
 	}
 	/* The header stays where QPs of any process find it; only the ring
-	 * moves, under the lock every producer takes. */
+	 * moves, while no producer is in it. */
 	struct shm_cqe *old = shm_cq_ring(h, q), *ring = shm_at(h, off);
 	for (uint32_t i = 0; i < n; i++)
-		ring[i] = old[(q->head + i) % q->size];
+		memcpy(&ring[i], &old[(head + i) % q->size], offsetof(struct shm_cqe, seq));
+	sv_cq_ring_init(ring, (uint32_t)cqe, n);
 	uint64_t old_off = q->ring_off, old_bytes = (uint64_t)q->size * sizeof(struct shm_cqe);
 	q->ring_off = off;
-	q->head = 0;
 	q->size = (uint32_t)cqe;
+	atomic_store_explicit(&q->head, 0, memory_order_relaxed);
+	atomic_store_explicit(&q->tail, n, memory_order_relaxed);
 	ibcq->cqe = cqe;
+	atomic_store(&q->frozen, 0);
 	sv_shm_unlock(&q->lock);
 	/* The first ring is part of the CQ's own block; later ones are not. */
 	if (old_off != first_ring_off(cq->sh_off))

@@ -18,8 +18,10 @@
  *     shm_mr).
  *   - MR holders: initiators, seq_cst increments and decrements around
  *     each access; the owner waits for zero when it revokes a key.
- *   - Receive queues and CQs: the owner and any initiator, under the
- *     queue's robust process-shared mutex (a dead holder is recovered).
+ *   - Receive queues: the owner and any initiator, under the queue's
+ *     robust process-shared mutex (a dead holder is recovered).
+ *   - CQs: any initiator produces without a lock (struct shm_cq); the
+ *     owner consumes.
  *   - `doorbell`: anyone; increment then FUTEX_WAKE.  The owner's progress
  *     thread reads it with acquire before scanning and FUTEX_WAITs on the
  *     value it read, so a ring between scan and sleep is never lost.
@@ -166,7 +168,8 @@ struct shm_rwqe {
 };
 
 /* One completion, as produced by either side.  A tag-matching receive
- * carries the TMH's tag and, in imm, its app_ctx (ibv_wc_tm_info). */
+ * carries the TMH's tag and, in imm, its app_ctx (ibv_wc_tm_info).  `seq`
+ * is the slot's sequence number (struct shm_cq) and is stored last. */
 struct shm_cqe {
 	uint64_t wr_id;
 	uint64_t ts;
@@ -175,22 +178,45 @@ struct shm_cqe {
 	uint32_t imm, qp_num, src_qp, wc_flags;
 	uint16_t pkey_index, slid;
 	uint8_t status, opcode;		/* enum ibv_wc_status, enum ibv_wc_opcode: below 256 */
-	uint8_t sl, dlid_path_bits, solicited, pad[3];
+	uint8_t sl, dlid_path_bits, solicited, pad;
+	_Atomic uint32_t seq;
 };
+#define SHM_CQE_DEAD	0xff	/* opcode of an entry a QP's reset took back */
 _Static_assert(sizeof(struct shm_cqe) == 64, "one cache line per CQE");
 _Static_assert(IBV_WC_DRIVER3 < 256 && IBV_WC_TM_RNDV_INCOMPLETE < 256, "opcode and status fit a byte");
 
+/*
+ * A CQ is a bounded multi-producer ring with a sequence number per slot
+ * (D. Vyukov's): slot i starts with seq = i; a producer claims position p
+ * when its slot's seq is p (compare-and-swap on `tail`), writes the entry
+ * and stores seq = p + 1 (release); the owner consumes position p when it
+ * loads seq == p + 1 (acquire), and frees the slot with seq = p + size
+ * (release, paired with the producer's acquire load before it claims).  A
+ * producer that finds seq behind p finds the CQ full: an overrun.  So a
+ * completion crossing processes moves its entry's line and nothing else:
+ * no lock line goes back and forth between producer and poller.
+ *
+ * `lock` is the owner's only: pollers, resize and the clean-up of a reset
+ * QP's entries.  Resize also stops producers: it raises `frozen` and waits
+ * for `producers` (counted around each push) to drain; both sides use
+ * sequentially consistent order, so a producer either sees the flag or is
+ * seen counted.  The producers' words share one line, apart from the
+ * owner's.
+ */
 struct shm_cq {
-	pthread_mutex_t lock;		/* robust, process-shared */
+	pthread_mutex_t lock;		/* robust, process-shared; the owner's threads */
 	uint32_t size;			/* slots */
-	uint32_t head;			/* under lock */
-	_Atomic uint32_t count;		/* under lock for writers; polled without */
+	uint32_t stamp;			/* producers timestamp completions (set at creation) */
+	_Atomic uint64_t head;		/* next position to consume: under lock, read without */
+	uint64_t ring_off;
 	_Atomic uint32_t armed;		/* 0, 1 = next completion, 2 = next solicited */
 	_Atomic uint32_t notify;	/* an event is due: the owner delivers it */
 	_Atomic uint32_t overrun;	/* a completion found the CQ full */
-	uint32_t stamp;			/* producers timestamp completions (set at creation) */
 	uint32_t pad;
-	uint64_t ring_off;
+	/* Producers' line. */
+	_Alignas(64) _Atomic uint64_t tail;	/* next position to claim */
+	_Atomic uint32_t producers;	/* pushes in progress */
+	_Atomic uint32_t frozen;	/* a resize is moving the ring */
 };
 
 struct shm_qp {

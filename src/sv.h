@@ -577,6 +577,11 @@ struct shm_qp *sv_seg_qp(const struct shm_hdr *h, uint32_t qpn);
 void sv_seg_publish_qp(struct shm_hdr *h, uint32_t qpn, uint64_t off);
 void sv_seg_ring(struct shm_hdr *h);
 void sv_shm_mutex_init(pthread_mutex_t *m);	/* robust, process-shared */
+/* A lock-free receive queue (struct shm_wq): the owner posts one WR,
+ * holding the queue's lock (ENOMEM when full); any initiator takes the
+ * oldest WQE (false when none). */
+int sv_rq_post(struct shm_hdr *h, struct shm_wq *wq, const struct ibv_recv_wr *wr);
+bool sv_rq_take(struct shm_hdr *h, struct shm_wq *wq, struct shm_rwqe *out);
 void sv_shm_lock(pthread_mutex_t *m);
 void sv_shm_unlock(pthread_mutex_t *m);
 

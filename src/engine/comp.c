@@ -123,20 +123,16 @@ void sv_cq_clean(struct shm_hdr *h, struct shm_cq *cq, uint32_t qpn)
 
 void sv_flush_rq(struct sv_qp *qp)
 {
+	union { struct shm_rwqe w; char buf[sizeof(struct shm_rwqe) + SV_MAX_SGE * sizeof(struct ibv_sge)]; } rw;
 	struct shm_hdr *h = qp->ctx->seg.h;
-	struct shm_wq *wq = qp->rq;
 
-	if (!wq)
+	/* A QP's receive queue is lock-free for consumers: the owner takes
+	 * its WQEs back as an initiator would. */
+	if (!qp->rq)
 		return;
-	sv_shm_lock(&wq->lock);
-	while (wq->count) {
-		struct shm_rwqe *w = shm_wq_slot(h, wq, wq->head);
-		struct shm_cqe e = { .wr_id = w->wr_id, .status = IBV_WC_WR_FLUSH_ERR,
-				     .opcode = IBV_WC_RECV, .qp_num = qp->ex.qp_base.qp_num,
- };
-		wq->head = (wq->head + 1) % wq->size;
-		wq->count--;
+	while (sv_rq_take(h, qp->rq, &rw.w)) {
+		struct shm_cqe e = { .wr_id = rw.w.wr_id, .status = IBV_WC_WR_FLUSH_ERR,
+				     .opcode = IBV_WC_RECV, .qp_num = qp->ex.qp_base.qp_num };
 		sv_cq_push(h, qp->rcq->sh, &e);
 	}
-	sv_shm_unlock(&wq->lock);
 }

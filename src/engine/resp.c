@@ -270,6 +270,8 @@ enum sv_result sv_resp_take_recv(struct sv_target *t, struct shm_rwqe *out)
 {
 	struct shm_wq *wq = shm_at(t->seg, t->wq_off);
 
+	if (wq->lockfree)	/* 9.7.5.2.8: no receive WQE, RNR NAK */
+		return sv_rq_take(t->seg, wq, out) ? SV_R_OK : SV_R_RNR;
 	sv_shm_lock(&wq->lock);
 	if (!wq->count) {
 		sv_shm_unlock(&wq->lock);

@@ -193,6 +193,7 @@ static int qp_alloc_queues(struct sv_context *c, struct sv_qp *qp,
 		qp->rq = sv_seg_new_wq(&c->seg, a->cap.max_recv_wr, a->cap.max_recv_sge, &qp->rq_off);
 		if (!qp->rq)
 			return ENOMEM;
+		qp->rq->lockfree = 1;
 		qp->rq_bytes = sv_seg_wq_bytes(qp->rq);
 	}
 	qp->sq_size = a->cap.max_send_wr ? a->cap.max_send_wr : 1;
@@ -500,9 +501,10 @@ static void enter_state(struct sv_qp *qp, enum ibv_qp_state cur, enum ibv_qp_sta
 		atomic_store_explicit(&qp->rnr_waiting, false, memory_order_relaxed);
 		pthread_mutex_unlock(&qp->sq_lock);
 		if (qp->rq) {
-			sv_shm_lock(&qp->rq->lock);
-			qp->rq->head = qp->rq->count = 0;
-			sv_shm_unlock(&qp->rq->lock);
+			union { struct shm_rwqe w; char buf[sizeof(struct shm_rwqe) +
+							  SV_MAX_SGE * sizeof(struct ibv_sge)]; } rw;
+			while (sv_rq_take(qp->ctx->seg.h, qp->rq, &rw.w))
+				;
 		}
 		/* Its completions still in the CQs go too, as mlx5 does
 		 * (mlx5_cq_clean): a reset QP starts from nothing. */

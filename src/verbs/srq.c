@@ -253,9 +253,11 @@ int sv_wq_post(struct shm_hdr *h, struct shm_wq *wq, const struct ibv_recv_wr *w
 		*why = "num_sge exceeds the queue's max_sge";
 		return EINVAL;
 	}
-	if (wq->count == wq->size) {
-		*why = "the receive queue is full (max_wr outstanding)";
-		return ENOMEM;
+	if (wq->lockfree || wq->count == wq->size) {
+		int ret = wq->lockfree ? sv_rq_post(h, wq, wr) : ENOMEM;
+		if (ret)
+			*why = "the receive queue is full (max_wr outstanding)";
+		return ret;
 	}
 	struct shm_rwqe *w = shm_wq_slot(h, wq, wq->head + wq->count);
 	w->wr_id = wr->wr_id;

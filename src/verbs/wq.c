@@ -81,6 +81,7 @@ struct ibv_wq *sv_create_wq(struct ibv_context *ctx, struct ibv_wq_init_attr *a)
 	ib->post_recv = post_wq_recv;
 	pthread_mutex_init(&ib->mutex, NULL);
 	pthread_cond_init(&ib->cond, NULL);
+	wq->sh->lockfree = 1;
 	wq->sh->cq_off = wq->cq->sh_off;
 	wq->sh->wq_num = ib->wq_num;
 	atomic_store(&wq->sh->wq_state, IBV_WQS_RESET);
@@ -92,18 +93,15 @@ struct ibv_wq *sv_create_wq(struct ibv_context *ctx, struct ibv_wq_init_attr *a)
  * error when `flush` (to ERR), or silently (to RESET). */
 static void wq_drain(struct sv_wq *wq, bool flush)
 {
+	union { struct shm_rwqe w; char buf[sizeof(struct shm_rwqe) + SV_MAX_SGE * sizeof(struct ibv_sge)]; } rw;
 	struct shm_hdr *h = wq->ctx->seg.h;
-	struct shm_wq *q = wq->sh;
 
-	sv_shm_lock(&q->lock);
-	for (; q->count; q->count--, q->head = (q->head + 1) % q->size) {
-		struct shm_cqe e = { .wr_id = shm_wq_slot(h, q, q->head)->wr_id,
-				     .status = IBV_WC_WR_FLUSH_ERR, .opcode = IBV_WC_RECV,
-				     .qp_num = wq->ibwq.wq_num };
+	while (sv_rq_take(h, wq->sh, &rw.w)) {
+		struct shm_cqe e = { .wr_id = rw.w.wr_id, .status = IBV_WC_WR_FLUSH_ERR,
+				     .opcode = IBV_WC_RECV, .qp_num = wq->ibwq.wq_num };
 		if (flush)
 			sv_cq_push(h, wq->cq->sh, &e);
 	}
-	sv_shm_unlock(&q->lock);
 }
 
 int sv_modify_wq(struct ibv_wq *ibwq, struct ibv_wq_attr *a)

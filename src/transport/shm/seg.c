@@ -278,6 +278,46 @@ static void free_now(struct sv_seg *s, uint64_t off, uint64_t size)
 		madvise(shm_at(s->h, a), e - a, MADV_REMOVE);
 }
 
+int sv_rq_post(struct shm_hdr *h, struct shm_wq *wq, const struct ibv_recv_wr *wr)
+{
+	struct shm_rwqe *w = shm_at(h, wq->wqe_off + (wq->tail % wq->size) * wq->stride);
+
+	/* Pairs with the consumer's release store freeing the slot. */
+	if (atomic_load_explicit(&w->seq, memory_order_acquire) != (uint32_t)wq->tail)
+		return ENOMEM;
+	w->wr_id = wr->wr_id;
+	w->num_sge = (uint32_t)wr->num_sge;
+	if (wr->num_sge)	/* sg_list may be NULL then */
+		memcpy(w->sge, wr->sg_list, (size_t)wr->num_sge * sizeof(w->sge[0]));
+	/* Pairs with the consumer's acquire load: the WQE before its seq. */
+	atomic_store_explicit(&w->seq, (uint32_t)wq->tail + 1, memory_order_release);
+	wq->tail++;
+	return 0;
+}
+
+bool sv_rq_take(struct shm_hdr *h, struct shm_wq *wq, struct shm_rwqe *out)
+{
+	uint64_t pos = atomic_load_explicit(&wq->rx_head, memory_order_relaxed);
+
+	for (;;) {
+		struct shm_rwqe *w = shm_at(h, wq->wqe_off + (pos % wq->size) * wq->stride);
+		int32_t d = (int32_t)(atomic_load_explicit(&w->seq, memory_order_acquire) -
+				      ((uint32_t)pos + 1));
+		if (d < 0)
+			return false;	/* nothing posted at pos yet */
+		if (d > 0) {		/* another consumer took it */
+			pos = atomic_load_explicit(&wq->rx_head, memory_order_relaxed);
+			continue;
+		}
+		if (!atomic_compare_exchange_weak_explicit(&wq->rx_head, &pos, pos + 1,
+							   memory_order_relaxed, memory_order_relaxed))
+			continue;
+		memcpy(out, w, sizeof(*w) + w->num_sge * sizeof(w->sge[0]));
+		atomic_store_explicit(&w->seq, (uint32_t)(pos + wq->size), memory_order_release);
+		return true;
+	}
+}
+
 struct shm_wq *sv_seg_new_wq(struct sv_seg *s, uint32_t size, uint32_t max_sge, uint64_t *off)
 {
 	uint32_t stride = (uint32_t)align_up(sizeof(struct shm_rwqe) +
@@ -292,6 +332,8 @@ struct shm_wq *sv_seg_new_wq(struct sv_seg *s, uint32_t size, uint32_t max_sge, 
 	wq->max_sge = max_sge;
 	wq->stride = stride;
 	wq->wqe_off = sv_seg_wq_slots(o);
+	for (uint32_t i = 0; i < wq->size; i++)
+		atomic_store_explicit(&shm_wq_slot(s->h, wq, i)->seq, i, memory_order_relaxed);
 	*off = o;
 	return wq;
 }

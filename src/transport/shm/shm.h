@@ -18,8 +18,10 @@
  *     shm_mr).
  *   - MR holders: initiators, seq_cst increments and decrements around
  *     each access; the owner waits for zero when it revokes a key.
- *   - Receive queues: the owner and any initiator, under the queue's
- *     robust process-shared mutex (a dead holder is recovered).
+ *   - A QP's receive queue and a WQ: the owner posts, any initiator takes,
+ *     without a shared lock (struct shm_wq).  SRQs: the owner and any
+ *     initiator, under the queue's robust process-shared mutex (a dead
+ *     holder is recovered).
  *   - CQs: any initiator produces without a lock (struct shm_cq); the
  *     owner consumes.
  *   - `doorbell`: anyone; increment then FUTEX_WAKE.  The owner's progress
@@ -109,12 +111,25 @@ struct shm_dm {
 	uint64_t len;
 };
 
-/* A receive queue: a QP's RQ or an SRQ. */
+/*
+ * A receive queue: a QP's RQ, a WQ, or an SRQ.
+ *
+ * An SRQ works under its robust mutex (head, count; the limit, resizing
+ * and tag matching need it).  A QP's RQ and a WQ are lock-free for their
+ * consumers (`lockfree`), the initiators: slots carry sequence numbers as
+ * a CQ's do (struct shm_cq).  The owner posts at `tail` under the mutex,
+ * which only its own threads take, when the slot's seq is the position,
+ * and publishes with seq = position + 1 (release); a consumer takes the
+ * position at `rx_head` whose slot shows position + 1 (acquire) with a
+ * compare-and-swap on rx_head, copies the WQE and frees the slot with
+ * seq = position + size (release).  So taking a WQE moves the WQE's line
+ * and the consumers' own line, never a lock line the owner also takes.
+ */
 struct shm_wq {
 	pthread_mutex_t lock;		/* robust, process-shared */
 	uint32_t size;			/* slots (max_wr) */
 	uint32_t max_sge;
-	uint32_t head, count;		/* under lock */
+	uint32_t head, count;		/* under lock (SRQ) */
 	uint32_t limit;			/* SRQ limit; 0 = not armed */
 	_Atomic uint32_t limit_hit;	/* an initiator crossed the limit */
 	uint32_t stride;		/* bytes per WQE */
@@ -135,6 +150,10 @@ struct shm_wq {
 	uint64_t tm_seq;		/* posting order of the next tag */
 	uint32_t tm_unexp, tm_synced;
 	uint32_t tm_stride, tm_used;
+	uint64_t tail;			/* lock-free: the owner's next post, under lock */
+	uint32_t lockfree;
+	/* Lock-free: the consumers' line. */
+	_Alignas(64) _Atomic uint64_t rx_head;
 };
 
 /* A raw packet QP's receive side scaling (IBV_QP_INIT_ATTR_RX_HASH): the
@@ -163,7 +182,7 @@ struct shm_tm_tag {
 struct shm_rwqe {
 	uint64_t wr_id;
 	uint32_t num_sge;
-	uint32_t pad;
+	_Atomic uint32_t seq;		/* a lock-free queue's slot sequence (struct shm_wq) */
 	struct ibv_sge sge[];
 };
 

@@ -1,10 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The CQ ring's multi-producer protocol (transport/shm/shm.h): producer
- * threads push through sv_cq_push, as initiators of any process do, while
- * the owner polls and resizes.  Every completion must arrive exactly once
- * and in each producer's order; a full ring must refuse (overrun), never
- * overwrite.  ThreadSanitizer runs this test too.
+ * The lock-free rings of transport/shm/shm.h, driven by threads as
+ * initiators of any process drive them:
+ *  - a CQ's producers (sv_cq_push) against the owner polling and
+ *    resizing: every completion arrives exactly once and in each
+ *    producer's order, and a full ring refuses (overrun), never overwrites;
+ *  - a receive queue's consumers (sv_rq_take) against the owner posting:
+ *    every WQE is taken exactly once, each consumer sees them in posting
+ *    order, and a full queue refuses the post (ENOMEM).
+ * ThreadSanitizer runs this test too.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -108,11 +112,82 @@ static void test_full_ring_refuses(void **state)
 	assert_int_equal(ibv_destroy_cq(ibcq), 0);
 }
 
+#define CONSUMERS 3
+#define WQES 30000
+
+struct consumer {
+	struct sv_qp *qp;
+	_Atomic uint32_t *taken;
+	uint8_t *seen;
+};
+
+static void *consume(void *arg)
+{
+	struct consumer *c = arg;
+	union { struct shm_rwqe w; char buf[sizeof(struct shm_rwqe) + 4 * sizeof(struct ibv_sge)]; } rw;
+	uint64_t last = 0;
+
+	while (atomic_load(c->taken) < WQES) {
+		if (!sv_rq_take(c->qp->ctx->seg.h, c->qp->rq, &rw.w))
+			continue;
+		/* One WQE's fields travel together: its SGE names its wr_id. */
+		assert_int_equal(rw.w.num_sge, 1);
+		assert_int_equal(rw.w.sge[0].addr, rw.w.wr_id * 8);
+		if (rw.w.wr_id <= last && last)
+			fail_msg("wr_id %llu after %llu", (unsigned long long)rw.w.wr_id,
+				 (unsigned long long)last);
+		last = rw.w.wr_id;
+		c->seen[rw.w.wr_id - 1]++;
+		atomic_fetch_add(c->taken, 1);
+	}
+	return NULL;
+}
+
+static void test_rq_consumers(void **state)
+{
+	struct fix *f = *state;
+	struct ibv_qp *ibqp = fix_qp(f, IBV_QPT_RC);
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1 };
+	assert_int_equal(ibv_modify_qp(ibqp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+				       IBV_QP_ACCESS_FLAGS), 0);
+	struct sv_qp *qp = sv_qp(ibqp);
+	_Atomic uint32_t taken = 0;
+	uint8_t *seen = calloc(WQES, 1);
+	struct consumer c[CONSUMERS];
+	pthread_t t[CONSUMERS];
+
+	for (int i = 0; i < CONSUMERS; i++) {
+		c[i] = (struct consumer){ qp, &taken, seen };
+		assert_int_equal(pthread_create(&t[i], NULL, consume, &c[i]), 0);
+	}
+	uint32_t full = 0;
+	for (uint64_t id = 1; id <= WQES;) {
+		struct ibv_sge sge = { id * 8, 8, 0 };
+		struct ibv_recv_wr wr = { .wr_id = id, .sg_list = &sge, .num_sge = 1 }, *bad;
+		int r = ibv_post_recv(ibqp, &wr, &bad);
+		if (r == 0)
+			id++;
+		else if (r == ENOMEM)
+			full++;
+		else
+			fail_msg("post_recv: %d", r);
+	}
+	for (int i = 0; i < CONSUMERS; i++)
+		assert_int_equal(pthread_join(t[i], NULL), 0);
+	for (uint32_t i = 0; i < WQES; i++)
+		if (seen[i] != 1)
+			fail_msg("wr_id %u taken %u times", i + 1, seen[i]);
+	printf("# %u WQEs taken once each, %u posts refused as full\n", WQES, full);
+	free(seen);
+	assert_int_equal(ibv_destroy_qp(ibqp), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_producers_poller_resize, fix_setup, fix_teardown),
 		cmocka_unit_test_setup_teardown(test_full_ring_refuses, fix_setup, fix_teardown),
+		cmocka_unit_test_setup_teardown(test_rq_consumers, fix_setup, fix_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

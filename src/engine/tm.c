@@ -162,13 +162,20 @@ static enum sv_result rndv(struct sv_qp *qp, struct sv_target *t, const struct s
 		r = sv_resp_mr_get(&self, be32toh(h->rvh.rkey), be64toh(h->rvh.va), rlen,
 				   IBV_ACCESS_REMOTE_READ, &mr, &addr);
 	if (r != SV_R_OK) {
+		/* The device's READ was NAKed: the tag completes with the
+		 * requester's status and the receiving QP goes to ERR; the
+		 * sending QP, the READ's responder, goes to ERR with an access
+		 * error event (IBA 11.6.3.1).  The SEND itself was delivered. */
 		sv_explain("rendezvous read failed", "tag 0x%llx: %s", (unsigned long long)tag,
-			   self.why);
-		struct shm_cqe bad = { .wr_id = w->wr_id, .status = IBV_WC_REM_ACCESS_ERR,
+			   self.why[0] ? self.why : "the sending QP is not receiving");
+		struct shm_cqe bad = { .wr_id = w->wr_id, .status = sv_result_status(r),
 				       .opcode = IBV_WC_TM_RECV, .qp_num = t->qp->qpn,
 				       .src_qp = qp->ex.qp_base.qp_num };
 		sv_cq_push(t->seg, shm_at(t->seg, t->rcq_off), &bad);
-		return SV_R_OK;		/* the request itself was delivered */
+		sv_resp_fail(t, NULL, IBV_WC_SUCCESS, -1);
+		if (r == SV_R_NAK_ACCESS)
+			sv_resp_fail(&self, NULL, IBV_WC_SUCCESS, IBV_EVENT_QP_ACCESS_ERR);
+		return SV_R_OK;
 	}
 	struct iovec src = { addr, rlen };
 	struct shm_cqe done = { .opcode = IBV_WC_TM_RECV, .wc_flags = IBV_WC_TM_DATA_VALID };

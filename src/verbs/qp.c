@@ -668,7 +668,6 @@ int sv_post_recv(struct ibv_qp *ib, struct ibv_recv_wr *wr, struct ibv_recv_wr *
 {
 	struct sv_qp *qp = sv_qp(ib);
 	enum ibv_qp_state st = atomic_load_explicit(&qp->sh->state, memory_order_relaxed);
-	const char *why = NULL;
 	int ret = 0;
 
 	if (!qp->rq || st == IBV_QPS_RESET) {
@@ -678,16 +677,9 @@ int sv_post_recv(struct ibv_qp *ib, struct ibv_recv_wr *wr, struct ibv_recv_wr *
 			       qp->srq ? "the QP receives through its SRQ; use ibv_post_srq_recv" :
 			       "an XRC QP has no receive queue; XRC_RECV QPs deliver into XRC SRQs");
 	}
-	sv_shm_lock(&qp->rq->lock);
-	for (; wr && !ret; wr = wr->next) {
-		ret = sv_wq_post(qp->ctx->seg.h, qp->rq, wr, &why);
-		if (ret) {
-			*bad = wr;
-			sv_fail(ret, "ibv_post_recv", "qpn 0x%x wr_id 0x%llx: %s", ib->qp_num,
-				(unsigned long long)wr->wr_id, why);
-		}
-	}
-	sv_shm_unlock(&qp->rq->lock);
+	char obj[32];
+	snprintf(obj, sizeof(obj), "qpn 0x%x", ib->qp_num);
+	ret = sv_wq_post_list(qp->ctx->seg.h, qp->rq, wr, bad, "ibv_post_recv", obj);
 	/* C10-?: receives posted to a QP in ERR are flushed. */
 	if (st == IBV_QPS_ERR)
 		sv_flush_rq(qp);

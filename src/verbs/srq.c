@@ -6,6 +6,7 @@
  * (IBA 10.2.9.3, 11.6.3.3).
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -268,24 +269,31 @@ int sv_wq_post(struct shm_hdr *h, struct shm_wq *wq, const struct ibv_recv_wr *w
 	return 0;
 }
 
-int sv_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+int sv_wq_post_list(struct shm_hdr *h, struct shm_wq *wq, struct ibv_recv_wr *wr,
+		    struct ibv_recv_wr **bad, const char *verb, const char *obj)
 {
-	struct sv_srq *srq = sv_srq(ibsrq);
-	struct shm_hdr *h = sv_ctx(ibsrq->context)->seg.h;
 	const char *why;
 	int ret = 0;
 
-	sv_shm_lock(&srq->wq->lock);
+	sv_shm_lock(&wq->lock);
 	for (; wr && !ret; wr = wr->next) {
-		ret = sv_wq_post(h, srq->wq, wr, &why);
+		ret = sv_wq_post(h, wq, wr, &why);
 		if (ret) {
 			*bad = wr;
-			sv_fail(ret, "ibv_post_srq_recv", "SRQ %p wr_id 0x%llx: %s", (void *)ibsrq,
-				(unsigned long long)wr->wr_id, why);
+			sv_fail(ret, verb, "%s wr_id 0x%llx: %s", obj, (unsigned long long)wr->wr_id, why);
 		}
 	}
-	sv_shm_unlock(&srq->wq->lock);
+	sv_shm_unlock(&wq->lock);
 	return ret;
+}
+
+int sv_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+	char obj[32];
+
+	snprintf(obj, sizeof(obj), "SRQ %p", (void *)ibsrq);
+	return sv_wq_post_list(sv_ctx(ibsrq->context)->seg.h, sv_srq(ibsrq)->wq, wr, bad,
+			       "ibv_post_srq_recv", obj);
 }
 
 static void srq_free(struct sv_srq *srq)

@@ -6,6 +6,7 @@
  * frames reach it only while it is ready (IBV_WQS_RDY).
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,25 +17,14 @@
 static int post_wq_recv(struct ibv_wq *ibwq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
 {
 	struct sv_wq *wq = sv_wq(ibwq);
-	const char *why;
-	int ret = 0;
+	char obj[32];
 
-	/* A WQ in ERR flushes what it is given, as a QP's RQ does. */
 	if (atomic_load_explicit(&wq->sh->wq_state, memory_order_relaxed) == IBV_WQS_ERR) {
 		*bad = wr;
 		return sv_fail(EINVAL, "ibv_post_wq_recv", "WQ 0x%x is in ERR", ibwq->wq_num);
 	}
-	sv_shm_lock(&wq->sh->lock);
-	for (; wr && !ret; wr = wr->next) {
-		ret = sv_wq_post(wq->ctx->seg.h, wq->sh, wr, &why);
-		if (ret) {
-			*bad = wr;
-			sv_fail(ret, "ibv_post_wq_recv", "WQ 0x%x wr_id 0x%llx: %s", ibwq->wq_num,
-				(unsigned long long)wr->wr_id, why);
-		}
-	}
-	sv_shm_unlock(&wq->sh->lock);
-	return ret;
+	snprintf(obj, sizeof(obj), "WQ 0x%x", ibwq->wq_num);
+	return sv_wq_post_list(wq->ctx->seg.h, wq->sh, wr, bad, "ibv_post_wq_recv", obj);
 }
 
 struct ibv_wq *sv_create_wq(struct ibv_context *ctx, struct ibv_wq_init_attr *a)

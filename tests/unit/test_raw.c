@@ -13,6 +13,7 @@
 #include <netinet/in.h>
 #include <stdio.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 
 #include "helpers.h"
 #include "pair.h"
@@ -400,6 +401,51 @@ static void test_rss(void **state)
 	raw_close(&snd);
 }
 
+/* A receiver in another process: its rule lives in the host registry and
+ * its queue in its own segment; the frame is copied into its memory. */
+static void test_across_processes(void **state)
+{
+	int up[2], down[2];
+	char c;
+
+	F = *state;
+	if (!roce() || !net_raw())
+		skip();
+	assert_int_equal(pipe(up), 0);
+	assert_int_equal(pipe(down), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (!pid) {
+		/* A context of its own: the parent's belongs to the parent. */
+		void *st;
+		fix_setup(&st);
+		F = st;
+		struct raw r;
+		raw_open(&r);
+		struct ibv_flow *fl = flow_eth(r.qp, MAC_B, 0);
+		if (!fl || write(up[1], "r", 1) != 1)
+			_exit(2);
+		struct ibv_wc wc = poll_one(r.cq);
+		char want[FRAME];
+		frame(want, MAC_B, 0x0a000001, 0x0a000002, IPPROTO_UDP, 7, 8);
+		int bad = wc.status || wc.byte_len != FRAME || memcmp(r.buf + 1024, want, FRAME);
+		if (read(down[0], &c, 1) != 1 || ibv_destroy_flow(fl))
+			_exit(3);
+		raw_close(&r);
+		_exit(bad ? 4 : 0);
+	}
+	struct raw snd;
+	raw_open(&snd);
+	assert_int_equal(read(up[0], &c, 1), 1);
+	raw_send(&snd, frame(snd.buf, MAC_B, 0x0a000001, 0x0a000002, IPPROTO_UDP, 7, 8));
+	assert_int_equal(write(down[1], "d", 1), 1);
+	int st;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	if (!WIFEXITED(st) || WEXITSTATUS(st))
+		fail_msg("receiver process failed at step %d", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	raw_close(&snd);
+}
+
 int main(void)
 {
 	devs = ibv_get_device_list(NULL);
@@ -408,6 +454,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_steering, fix_setup, fix_teardown),
 		cmocka_unit_test_setup_teardown(test_rule_refusals, fix_setup, fix_teardown),
 		cmocka_unit_test_setup_teardown(test_rss, fix_setup, fix_teardown),
+		cmocka_unit_test_setup_teardown(test_across_processes, fix_setup, fix_teardown),
 	};
 	int r = cmocka_run_group_tests(tests, NULL, NULL);
 	ibv_free_device_list(devs);

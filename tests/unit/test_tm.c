@@ -10,6 +10,7 @@
 #include <endian.h>
 #include <infiniband/tm_types.h>
 #include <stdio.h>
+#include <sys/wait.h>
 
 #include "helpers.h"
 #include "pair.h"
@@ -439,8 +440,9 @@ static void test_rndv(void **state)
 	assert_memory_equal(s.buf + 8192, c.buf, len);
 
 	/* The RVH's rkey is checked as an RDMA READ at the sender would be:
-	 * a bad one fails the tag's transfer (remote access error); the
-	 * request itself was delivered. */
+	 * a bad one fails the tag's transfer (remote access error) and
+	 * takes both QPs to ERR, the sender's with an access error event;
+	 * the request itself was delivered. */
 	tag_add(&s, 0x102, ~0ull, 0, 4096, 0x102, 0, 0);
 	send_ok(&c, rndv_msg(&c, 0x102, c.mr->rkey + 0x100, 3000));
 	assert_true(tm_poll(s.cq).flags & IBV_WC_TM_MATCH);
@@ -449,6 +451,18 @@ static void test_rndv(void **state)
 	assert_int_equal(w.wr_id, 0x102);
 	assert_tm_empty(s.cq);
 	assert_cq_empty(c.cq);
+	assert_int_equal(qp_state(s.qp), IBV_QPS_ERR);
+	assert_int_equal(qp_state(c.qp), IBV_QPS_ERR);
+	struct ibv_async_event ev;
+	for (;;) {
+		assert_int_equal(ibv_get_async_event(c.ctx, &ev), 0);
+		if (ev.event_type != IBV_EVENT_PORT_ACTIVE)
+			break;
+		ibv_ack_async_event(&ev);
+	}
+	assert_int_equal(ev.event_type, IBV_EVENT_QP_ACCESS_ERR);
+	assert_ptr_equal(ev.element.qp, c.qp);
+	ibv_ack_async_event(&ev);
 	end_close(&c);
 	server_close(&s);
 }
@@ -485,6 +499,94 @@ static void test_errors(void **state)
 	server_close(&s);
 }
 
+/* What the two processes tell each other through pipes. */
+struct peer_info {
+	uint32_t qpn;
+	struct ibv_port_attr port;
+	union ibv_gid gid;
+};
+
+/* The server of test_across_processes, in the child: returns the exit
+ * status (0 when every completion and byte was as expected). */
+static int child_server(int to_parent, int from_parent)
+{
+	struct tm_server s;
+	struct peer_info me, client;
+	struct qp_opts o = rc_default;
+	char ok;
+
+	server_open(&s);
+	me = (struct peer_info){ s.qp->qp_num, s.port, s.gid };
+	if (write(to_parent, &me, sizeof(me)) != sizeof(me) ||
+	    read(from_parent, &client, sizeof(client)) != sizeof(client))
+		return 2;
+	struct end as_peer = { .port = client.port, .gid = client.gid };
+	connect_qp(s.qp, &as_peer, client.qpn, &o);
+	tag_add(&s, 0x10, ~0ull, 0, 4096, 0x10, 0, 0);
+	tag_add(&s, 0x20, ~0ull, 8192, 4096, 0x20, 0, 0);
+	srq_recv(&s, 16384, 256, 0x99);
+	if (write(to_parent, "r", 1) != 1)
+		return 3;
+	/* Eager into tag 0x10, rendezvous into tag 0x20, then an
+	 * unexpected message into the ordinary buffer. */
+	struct tm_wc w = tm_poll(s.cq);
+	if (w.status || w.wr_id != 0x10 || strcmp(s.buf, "across"))
+		return 4;
+	w = tm_poll(s.cq);
+	if (w.status || w.wr_id != 0x20 || !(w.flags & IBV_WC_TM_MATCH))
+		return 5;
+	w = tm_poll(s.cq);
+	if (w.status || w.wr_id != 0x20 || w.byte_len != 3000)
+		return 6;
+	for (int i = 0; i < 3000; i++)
+		if (s.buf[8192 + i] != (char)('a' + i % 26))
+			return 7;
+	w = tm_poll(s.cq);
+	if (w.status || w.wr_id != 0x99 || (w.flags & IBV_WC_TM_MATCH))
+		return 8;
+	if (read(from_parent, &ok, 1) != 1)
+		return 9;
+	server_close(&s);
+	return 0;
+}
+
+static void test_across_processes(void **state)
+{
+	int up[2], down[2];
+	struct peer_info srv;
+	struct end c;
+	char ready;
+
+	(void)state;
+	assert_int_equal(pipe(up), 0);
+	assert_int_equal(pipe(down), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (!pid)
+		_exit(child_server(up[1], down[0]));
+	end_open(&c, &rc_default);
+	assert_int_equal(read(up[0], &srv, sizeof(srv)), sizeof(srv));
+	struct peer_info me = { c.qp->qp_num, c.port, c.gid };
+	assert_int_equal(write(down[1], &me, sizeof(me)), sizeof(me));
+	struct end as_peer = { .port = srv.port, .gid = srv.gid };
+	connect_qp(c.qp, &as_peer, srv.qpn, &rc_default);
+	post_recv(&c, c.buf + 32768, 64, 0xf1);
+	assert_int_equal(read(up[0], &ready, 1), 1);
+	send_ok(&c, tm_msg(&c, IBV_TMH_EAGER, 0x10, 1, "across"));
+	send_ok(&c, rndv_msg(&c, 0x20, c.mr->rkey, 3000));
+	struct ibv_wc fin = poll_one(c.cq);
+	assert_int_equal(fin.status, IBV_WC_SUCCESS);
+	assert_int_equal(fin.wr_id, 0xf1);
+	assert_int_equal((uint8_t)c.buf[32768], IBV_TMH_FIN);
+	send_ok(&c, tm_msg(&c, IBV_TMH_EAGER, 0x77, 1, "nobody's"));
+	assert_int_equal(write(down[1], "d", 1), 1);
+	int st;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	if (!WIFEXITED(st) || WEXITSTATUS(st))
+		fail_msg("server process failed at step %d", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	end_close(&c);
+}
+
 int main(void)
 {
 	devs = ibv_get_device_list(NULL);
@@ -495,6 +597,7 @@ int main(void)
 		cmocka_unit_test(test_del),
 		cmocka_unit_test(test_rndv),
 		cmocka_unit_test(test_errors),
+		cmocka_unit_test(test_across_processes),
 	};
 	int r = cmocka_run_group_tests(tests, NULL, NULL);
 	ibv_free_device_list(devs);

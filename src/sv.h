@@ -496,13 +496,17 @@ struct sv_qp {
 	uint32_t events_reported;
 	struct sv_peer_cache peer;
 	struct sv_map_cache map;
-	/* A rendezvous FIN the device owes this QP (engine/tm.c): sent after
-	 * the SEND that asked for it completes, as its ACK precedes the read. */
-	struct {
-		bool due;
+	/* Rendezvous FINs the device owes this QP (engine/tm.c), oldest
+	 * first, under sq_lock: each is sent after the SEND that asked for it
+	 * completes, as its ACK precedes the read, and waits for a receive
+	 * WQE as an RNR-retried message would.  fins_due mirrors fin_n for
+	 * ibv_post_recv, which looks without the lock. */
+	struct sv_fin {
 		uint32_t from_qpn;
 		uint8_t hdr[32];	/* struct ibv_tmh + struct ibv_rvh */
-	} fin;
+	} fin[SV_MAX_FIN_DUE];
+	uint32_t fin_n;
+	atomic_uint fins_due;
 	int wr_err;			/* ibv_wr_* batch: first error */
 	uint32_t wr_n;			/* ibv_wr_* batch: WQEs built */
 };
@@ -736,6 +740,9 @@ int sv_get_srq_num(struct ibv_srq *srq, uint32_t *srq_num);
 int sv_tm_list_new(struct sv_context *c, struct shm_wq *wq, uint32_t tags);
 void sv_tm_list_free(struct sv_context *c, struct shm_wq *wq);
 int sv_post_srq_ops(struct ibv_srq *srq, struct ibv_ops_wr *op, struct ibv_ops_wr **bad);
+/* engine/tm.c: delivers the FINs rendezvous left due on qp (qp->fin)
+ * while it has receive WQEs; the caller holds qp->sq_lock. */
+void sv_tm_send_fins(struct sv_qp *qp);
 /* verbs/flow.c and verbs/wq.c: raw packet steering and receive side scaling. */
 bool sv_has_net_raw(void);
 struct ibv_flow *sv_create_flow(struct ibv_qp *qp, struct ibv_flow_attr *a);

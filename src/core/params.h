@@ -50,6 +50,7 @@
 #define SV_MAX_TM_TAGS		255
 #define SV_MAX_TM_OPS		4096
 #define SV_MAX_RNDV_HDR		64	/* TMH + RVH + 32 bytes of the sender's own header */
+#define SV_MAX_FIN_DUE		16	/* FINs one QP may await a receive WQE for */
 #define SV_MAX_DM_SIZE		(4u << 20)	/* per allocation; shared segment memory */
 #define SV_DM_MAX_LOG_ALIGN	12
 #define SV_MAX_PKEYS		1

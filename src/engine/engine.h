@@ -99,8 +99,7 @@ extern __thread char sv_last_why[SV_WHY_LEN];
 /* engine/tm.c: a message arriving at a tag-matching SRQ. */
 enum sv_result sv_tm_deliver(struct sv_qp *qp, const struct sv_swqe *w, struct sv_target *t,
 			     struct shm_wq *wq, const struct iovec *msg, int nmsg, uint64_t len);
-/* Delivers the FIN a rendezvous left due on qp (qp->fin). */
-void sv_tm_send_fin(struct sv_qp *qp);
+
 
 /* engine/raw.c: a raw packet QP's frame, to every QP whose flow rules
  * take it (UD-like: nothing comes back). */

@@ -754,8 +754,8 @@ static int sq_run(struct sv_qp *qp)
 		}
 		if (!complete(qp, w, status, wqe_len(w)))
 			failed = overrun = true;
-		if (qp->fin.due)
-			sv_tm_send_fin(qp);
+		if (qp->fin_n)
+			sv_tm_send_fins(qp);
 		qp->sq_head = (qp->sq_head + 1) % qp->sq_size;
 		qp->sq_count--;
 	}

@@ -113,28 +113,32 @@ static uint64_t wqe_capacity(const struct shm_rwqe *w)
 	return cap;
 }
 
-/* The device's FIN to the rendezvous sender, into a receive WQE of the
- * sending QP: the TMH and RVH of the request with opcode FIN. */
-void sv_tm_send_fin(struct sv_qp *qp)
+/* The device's FINs to a rendezvous sender, into receive WQEs of the
+ * sending QP: each the TMH and RVH of its request with opcode FIN.  A FIN
+ * without a WQE waits for the next ibv_post_recv, as a message the
+ * receiver NAKs with RNR is retried (rnr_retry 7). */
+void sv_tm_send_fins(struct sv_qp *qp)
 {
 	union { struct shm_rwqe w; char buf[sizeof(struct shm_rwqe) + SV_MAX_SGE * sizeof(struct ibv_sge)]; } rw;
-	struct tm_hdr fin;
-	struct iovec v = { &fin, sizeof(fin) };
-	struct shm_cqe e = { .opcode = IBV_WC_RECV, .src_qp = qp->fin.from_qpn };
 	struct sv_target self;
+	uint32_t sent = 0;
 
-	_Static_assert(sizeof(fin) == sizeof(qp->fin.hdr), "FIN header");
-	qp->fin.due = false;
-	memcpy(&fin, qp->fin.hdr, sizeof(fin));
-	fin.tmh.opcode = IBV_TMH_FIN;
-	if (sv_resp_find(qp, qp->ex.qp_base.qp_num, &self) != SV_R_OK ||
-	    sv_resp_take_recv(&self, &rw.w) != SV_R_OK) {
-		sv_explain("rendezvous FIN lost", "qpn 0x%x had no receive WQE for the FIN of tag "
-			   "0x%llx from qpn 0x%x", qp->ex.qp_base.qp_num,
-			   (unsigned long long)be64toh(fin.tmh.tag), qp->fin.from_qpn);
+	if (sv_resp_find(qp, qp->ex.qp_base.qp_num, &self) != SV_R_OK)
 		return;
+	while (sent < qp->fin_n && sv_resp_take_recv(&self, &rw.w) == SV_R_OK) {
+		struct tm_hdr fin;
+		struct iovec v = { &fin, sizeof(fin) };
+		struct shm_cqe e = { .opcode = IBV_WC_RECV, .src_qp = qp->fin[sent].from_qpn };
+		_Static_assert(sizeof(fin) == sizeof(qp->fin[0].hdr), "FIN header");
+		memcpy(&fin, qp->fin[sent].hdr, sizeof(fin));
+		fin.tmh.opcode = IBV_TMH_FIN;
+		sent++;
+		if (sv_deliver_wqe(qp, NULL, &self, &rw.w, &v, 1, sizeof(fin), true, &e) != SV_R_OK)
+			break;
 	}
-	sv_deliver_wqe(qp, NULL, &self, &rw.w, &v, 1, sizeof(fin), true, &e);
+	qp->fin_n -= sent;
+	memmove(qp->fin, qp->fin + sent, qp->fin_n * sizeof(qp->fin[0]));
+	atomic_store_explicit(&qp->fins_due, qp->fin_n, memory_order_relaxed);
 }
 
 static enum sv_result rndv(struct sv_qp *qp, struct sv_target *t, const struct shm_rwqe *w,
@@ -181,10 +185,13 @@ static enum sv_result rndv(struct sv_qp *qp, struct sv_target *t, const struct s
 	struct shm_cqe done = { .opcode = IBV_WC_TM_RECV, .wc_flags = IBV_WC_TM_DATA_VALID };
 	r = sv_deliver_wqe(qp, NULL, t, w, &src, 1, rlen, true, &done);
 	sv_resp_mr_put(self.seg, mr);
-	if (r == SV_R_OK) {
-		qp->fin.due = true;
-		qp->fin.from_qpn = t->qp->qpn;
-		memcpy(qp->fin.hdr, h, sizeof(*h));
+	if (r == SV_R_OK && qp->fin_n < SV_MAX_FIN_DUE) {
+		qp->fin[qp->fin_n].from_qpn = t->qp->qpn;
+		memcpy(qp->fin[qp->fin_n++].hdr, h, sizeof(*h));
+		atomic_store_explicit(&qp->fins_due, qp->fin_n, memory_order_relaxed);
+	} else if (r == SV_R_OK) {
+		sv_explain("rendezvous FIN lost", "qpn 0x%x awaits %d FINs already (post receives "
+			   "for them)", qp->ex.qp_base.qp_num, SV_MAX_FIN_DUE);
 	}
 	return r;
 }

@@ -405,6 +405,10 @@ int sv_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 	while (cur != 1 && !atomic_compare_exchange_weak(&cq->sh->armed, &cur,
 							 solicited_only ? 2u : 1u))
 		;
+	/* Pairs with the producer's fence between publishing an entry and
+	 * reading the arm: either it sees the arm, or the application's
+	 * poll after this call sees its entry. */
+	atomic_thread_fence(memory_order_seq_cst);
 	return 0;
 }
 

@@ -498,6 +498,8 @@ static void enter_state(struct sv_qp *qp, enum ibv_qp_state cur, enum ibv_qp_sta
 		memset(&qp->attr, 0, sizeof(qp->attr));
 		pthread_mutex_lock(&qp->sq_lock);
 		qp->sq_count = 0;
+		qp->fin_n = 0;
+		atomic_store_explicit(&qp->fins_due, 0, memory_order_relaxed);
 		atomic_store_explicit(&qp->rnr_waiting, false, memory_order_relaxed);
 		pthread_mutex_unlock(&qp->sq_lock);
 		if (qp->rq) {
@@ -683,6 +685,12 @@ int sv_post_recv(struct ibv_qp *ib, struct ibv_recv_wr *wr, struct ibv_recv_wr *
 	/* C10-?: receives posted to a QP in ERR are flushed. */
 	if (st == IBV_QPS_ERR)
 		sv_flush_rq(qp);
+	/* A rendezvous FIN waiting for a receive WQE takes it now. */
+	else if (atomic_load_explicit(&qp->fins_due, memory_order_relaxed)) {
+		pthread_mutex_lock(&qp->sq_lock);
+		sv_tm_send_fins(qp);
+		pthread_mutex_unlock(&qp->sq_lock);
+	}
 	return ret;
 }
 

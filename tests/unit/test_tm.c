@@ -428,6 +428,18 @@ static void test_rndv(void **state)
 	assert_int_equal((uint8_t)c.buf[32768], IBV_TMH_FIN);
 	assert_memory_equal(c.buf + 32768 + 1, c.buf + 1, 31);
 
+	/* No receive WQE for the FIN: it waits, as an RNR-retried message
+	 * would, and lands when the sender posts one. */
+	tag_add(&s, 0x103, ~0ull, 0, 4096, 0x103, 0, 0);
+	send_ok(&c, rndv_msg(&c, 0x103, c.mr->rkey, 100));
+	assert_true(tm_poll(s.cq).flags & IBV_WC_TM_MATCH);
+	assert_int_equal(tm_poll(s.cq).status, IBV_WC_SUCCESS);
+	assert_cq_empty(c.cq);
+	post_recv(&c, c.buf + 32768, 64, 0xf2);
+	fin = poll_one(c.cq);
+	assert_int_equal(fin.wr_id, 0xf2);
+	assert_int_equal(fin.byte_len, 32);
+
 	/* A tag buffer smaller than the payload: the headers land there,
 	 * with IBV_WC_TM_RNDV_INCOMPLETE, and software takes over. */
 	tag_add(&s, 0x101, ~0ull, 8192, 100, 0x101, 0, 0);

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <linux/capability.h>
 #include <netinet/in.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -33,92 +34,70 @@ bool sv_has_net_raw(void)
 	return d[CAP_NET_RAW / 32].effective & (1u << (CAP_NET_RAW % 32));
 }
 
-/* ORs a filter's value and mask into the rule; the value is kept masked,
- * so a compare never needs it unmasked. */
-static void put(void *val, void *mask, const void *v, const void *m, size_t n)
-{
-	uint8_t *dv = val, *dm = mask;
-	const uint8_t *sv = v, *sm = m;
-
-	for (size_t i = 0; i < n; i++) {
-		dm[i] |= sm[i];
-		dv[i] |= sv[i] & sm[i];
-	}
-}
-
-/* A layer a spec implies: an IPv4 spec matches IPv4 frames only. */
-static void require(uint8_t *val, uint8_t *mask, uint8_t what)
-{
-	*val = what;
-	*mask = 0xff;
-}
+/* Each spec type softverbs steers on: where its value and mask sit in the
+ * spec, where its filter goes in the key, and the layer it implies (an
+ * IPv4 spec matches IPv4 frames only, a UDP spec UDP ones). */
+#define SPEC(type_, st, member, l3_, l4_)					\
+	{ type_, sizeof(struct st), offsetof(struct st, val), offsetof(struct st, mask),	\
+	  offsetof(struct sv_pkt_key, member), sizeof(((struct st *)0)->val), l3_, l4_ }
+static const struct spec_info {
+	uint32_t type;
+	size_t size, val, mask;		/* in the spec */
+	size_t key;			/* in struct sv_pkt_key */
+	size_t len;			/* of the filter */
+	uint8_t l3, l4;
+} spec_info[] = {
+	SPEC(IBV_FLOW_SPEC_ETH, ibv_flow_spec_eth, eth, 0, 0),
+	SPEC(IBV_FLOW_SPEC_IPV4, ibv_flow_spec_ipv4, ip4, 4, 0),	/* src, dst: ip4's head */
+	SPEC(IBV_FLOW_SPEC_IPV4_EXT, ibv_flow_spec_ipv4_ext, ip4, 4, 0),
+	SPEC(IBV_FLOW_SPEC_IPV6, ibv_flow_spec_ipv6, ip6, 6, 0),
+	SPEC(IBV_FLOW_SPEC_TCP, ibv_flow_spec_tcp_udp, l4, 0, IPPROTO_TCP),
+	SPEC(IBV_FLOW_SPEC_UDP, ibv_flow_spec_tcp_udp, l4, 0, IPPROTO_UDP),
+};
+#undef SPEC
 
 static int compile(const struct ibv_flow_attr *a, struct sv_flow_rule *r, const char **why)
 {
 	const uint8_t *p = (const uint8_t *)(a + 1);
+	uint8_t *val = (uint8_t *)&r->val, *mask = (uint8_t *)&r->mask;
 
 	memset(r, 0, sizeof(*r));
 	r->priority = a->priority;
 	r->port = a->port;
 	r->type = (uint8_t)a->type;
 	for (unsigned i = 0; i < a->num_of_specs; i++) {
-		/* Specs follow each other at 4-byte alignment (the kernel ABI);
-		 * the union wants 8, so each is copied out first. */
-		struct ibv_flow_spec spec, *s = &spec;
-		memcpy(&spec.hdr, p, sizeof(spec.hdr));
-		memcpy(&spec, p, spec.hdr.size < sizeof(spec) ? spec.hdr.size : sizeof(spec));
-		size_t need;
-		switch (s->hdr.type) {
-		case IBV_FLOW_SPEC_ETH:
-			need = sizeof(s->eth);
-			if (s->hdr.size >= need)
-				put(&r->val.eth, &r->mask.eth, &s->eth.val, &s->eth.mask,
-				    sizeof(s->eth.val));
-			break;
-		case IBV_FLOW_SPEC_IPV4:
-			need = sizeof(s->ipv4);
-			if (s->hdr.size >= need) {
-				put(&r->val.ip4.src_ip, &r->mask.ip4.src_ip, &s->ipv4.val,
-				    &s->ipv4.mask, sizeof(s->ipv4.val));
-				require(&r->val.l3, &r->mask.l3, 4);
-			}
-			break;
-		case IBV_FLOW_SPEC_IPV4_EXT:
-			need = sizeof(s->ipv4_ext);
-			if (s->hdr.size >= need) {
-				put(&r->val.ip4, &r->mask.ip4, &s->ipv4_ext.val, &s->ipv4_ext.mask,
-				    sizeof(s->ipv4_ext.val));
-				require(&r->val.l3, &r->mask.l3, 4);
-			}
-			break;
-		case IBV_FLOW_SPEC_IPV6:
-			need = sizeof(s->ipv6);
-			if (s->hdr.size >= need) {
-				put(&r->val.ip6, &r->mask.ip6, &s->ipv6.val, &s->ipv6.mask,
-				    sizeof(s->ipv6.val));
-				require(&r->val.l3, &r->mask.l3, 6);
-			}
-			break;
-		case IBV_FLOW_SPEC_TCP:
-		case IBV_FLOW_SPEC_UDP:
-			need = sizeof(s->tcp_udp);
-			if (s->hdr.size >= need) {
-				put(&r->val.l4, &r->mask.l4, &s->tcp_udp.val, &s->tcp_udp.mask,
-				    sizeof(s->tcp_udp.val));
-				require(&r->val.l4proto, &r->mask.l4proto,
-					s->hdr.type == IBV_FLOW_SPEC_TCP ? IPPROTO_TCP : IPPROTO_UDP);
-			}
-			break;
-		default:
+		/* Specs follow each other at 4-byte alignment (the kernel ABI),
+		 * so the header is copied out rather than dereferenced. */
+		struct { uint32_t type; uint16_t size; } hdr;
+		memcpy(&hdr.type, p, sizeof(hdr.type));
+		memcpy(&hdr.size, p + sizeof(hdr.type), sizeof(hdr.size));
+		const struct spec_info *si = NULL;
+		for (size_t k = 0; k < SV_ARRAY_SIZE(spec_info) && !si; k++)
+			if (spec_info[k].type == hdr.type)
+				si = &spec_info[k];
+		if (!si) {
 			*why = "only ETH, IPV4, IPV4_EXT, IPV6, TCP and UDP specs are supported "
 			       "(no tunnels, inner headers, ESP, MPLS or actions)";
 			return EOPNOTSUPP;
 		}
-		if (s->hdr.size < need) {
+		if (hdr.size < si->size) {
 			*why = "a spec's size is smaller than its type's structure";
 			return EINVAL;
 		}
-		p += s->hdr.size;
+		/* The value is kept masked, so a compare never needs it bare. */
+		for (size_t b = 0; b < si->len; b++) {
+			mask[si->key + b] |= p[si->mask + b];
+			val[si->key + b] |= p[si->val + b] & p[si->mask + b];
+		}
+		if (si->l3) {
+			r->val.l3 = si->l3;
+			r->mask.l3 = 0xff;
+		}
+		if (si->l4) {
+			r->val.l4proto = si->l4;
+			r->mask.l4proto = 0xff;
+		}
+		p += hdr.size;
 	}
 	return 0;
 }

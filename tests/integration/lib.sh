@@ -57,7 +57,9 @@ pair() {
 		return 0
 	fi
 	bad "$what (client rc $crc, server rc $src)"
-	sed 's/^/    cli: /' "$TMP/cli.log" | tail -8
-	sed 's/^/    srv: /' "$TMP/srv.log" | tail -8
+	# The address lines come last (stdout is flushed at exit, after the
+	# error on stderr): show what else each side said.
+	grep -v ' address: ' "$TMP/cli.log" | sed 's/^/    cli: /' | tail -8
+	grep -v ' address: ' "$TMP/srv.log" | sed 's/^/    srv: /' | tail -8
 	return 1
 }

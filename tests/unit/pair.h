@@ -4,6 +4,7 @@
 #ifndef SV_TEST_PAIR_H
 #define SV_TEST_PAIR_H
 
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -172,6 +173,16 @@ static inline enum ibv_qp_state qp_state(struct ibv_qp *qp)
 
 	assert_int_equal(ibv_query_qp(qp, &a, IBV_QP_STATE, &ia), 0);
 	return a.qp_state;
+}
+
+/* Waits for a forked peer whose exit status is 0 or the step it failed at. */
+static inline void assert_child_ok(pid_t pid, const char *who)
+{
+	int st;
+
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	if (!WIFEXITED(st) || WEXITSTATUS(st))
+		fail_msg("%s process failed at step %d", who, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
 }
 
 #endif

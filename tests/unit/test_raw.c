@@ -13,7 +13,6 @@
 #include <netinet/in.h>
 #include <stdio.h>
 #include <sys/syscall.h>
-#include <sys/wait.h>
 
 #include "helpers.h"
 #include "pair.h"
@@ -439,10 +438,7 @@ static void test_across_processes(void **state)
 	assert_int_equal(read(up[0], &c, 1), 1);
 	raw_send(&snd, frame(snd.buf, MAC_B, 0x0a000001, 0x0a000002, IPPROTO_UDP, 7, 8));
 	assert_int_equal(write(down[1], "d", 1), 1);
-	int st;
-	assert_int_equal(waitpid(pid, &st, 0), pid);
-	if (!WIFEXITED(st) || WEXITSTATUS(st))
-		fail_msg("receiver process failed at step %d", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	assert_child_ok(pid, "receiver");
 	raw_close(&snd);
 }
 

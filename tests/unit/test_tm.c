@@ -10,7 +10,6 @@
 #include <endian.h>
 #include <infiniband/tm_types.h>
 #include <stdio.h>
-#include <sys/wait.h>
 
 #include "helpers.h"
 #include "pair.h"
@@ -592,10 +591,7 @@ static void test_across_processes(void **state)
 	assert_int_equal((uint8_t)c.buf[32768], IBV_TMH_FIN);
 	send_ok(&c, tm_msg(&c, IBV_TMH_EAGER, 0x77, 1, "nobody's"));
 	assert_int_equal(write(down[1], "d", 1), 1);
-	int st;
-	assert_int_equal(waitpid(pid, &st, 0), pid);
-	if (!WIFEXITED(st) || WEXITSTATUS(st))
-		fail_msg("server process failed at step %d", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	assert_child_ok(pid, "server");
 	end_close(&c);
 }
 

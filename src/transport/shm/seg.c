@@ -50,11 +50,11 @@ void sv_shm_lock(pthread_mutex_t *m)
 	/* Spin briefly before sleeping.  These locks guard a few hundred
 	 * nanoseconds of queue work, but a locker that finds one held sleeps
 	 * in FUTEX_WAIT and its holder then pays a FUTEX_WAKE: two system
-	 * calls, about 1 us each here, where the wait itself was shorter.
-	 * ib_send_lat made one such pair per message (a poller meeting the
-	 * producer of the completion it waits for).  The futex word is read
-	 * before each try, so spinning does not take the line from the
-	 * holder; a holder off its core is waited for by sleeping. */
+	 * calls, about 1 us each here, where the wait itself was shorter
+	 * (`strace -c` of ib_send_lat once showed a pair per message, when
+	 * CQs still had this lock).  The futex word is read before each try,
+	 * so spinning does not take the line from the holder; a holder off
+	 * its core is waited for by sleeping. */
 	for (int i = 0; i < SV_LOCK_SPINS && r == EBUSY; i++) {
 		if (__atomic_load_n(&m->__data.__lock, __ATOMIC_RELAXED) == 0)
 			r = pthread_mutex_trylock(m);

@@ -7,10 +7,12 @@
  *    producer's order, and a full ring refuses (overrun), never overwrites;
  *  - a receive queue's consumers (sv_rq_take) against the owner posting:
  *    every WQE is taken exactly once, each consumer sees them in posting
- *    order, and a full queue refuses the post (ENOMEM).
+ *    order, and a full queue refuses the post (ENOMEM);
+ *  - a CQ's producer against the owner re-arming it: no event is lost.
  * ThreadSanitizer runs this test too.
  */
 #define _GNU_SOURCE
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 
@@ -112,6 +114,74 @@ static void test_full_ring_refuses(void **state)
 	assert_int_equal(ibv_destroy_cq(ibcq), 0);
 }
 
+/* Arming races publishing (ibv_req_notify_cq(3)): the owner drains,
+ * re-arms and drains again, as applications do, while a producer pushes
+ * one completion at a time, each a random moment after the owner has
+ * taken the one before -- so around the arm.  Either the producer sees
+ * the arm and raises an event, or the second drain sees its completion;
+ * a lost one leaves the owner waiting (its poll(2) has a deadline). */
+#define EVENTS 3000
+
+static _Atomic uint32_t drained;
+
+static void *produce_spaced(void *arg)
+{
+	struct producer *p = arg;
+	struct shm_hdr *h = p->cq->ctx->seg.h;
+	unsigned seed = 7;
+
+	for (uint32_t i = 0; i < EVENTS; i++) {
+		struct shm_cqe e = { .wr_id = i, .opcode = IBV_WC_RECV };
+		while (atomic_load(&drained) < i)
+			;
+		for (volatile unsigned k = rand_r(&seed) % 300; k; k--)
+			;
+		while (!sv_cq_push(h, p->cq->sh, &e))
+			;
+	}
+	return NULL;
+}
+
+static void test_arm_races_push(void **state)
+{
+	struct fix *f = *state;
+	struct ibv_comp_channel *ch = ibv_create_comp_channel(f->ctx);
+	struct ibv_cq *ibcq = ibv_create_cq(f->ctx, EVENTS + 1, NULL, ch, 0);
+	_Atomic uint32_t refused = 0;
+	struct producer p = { sv_cq(ibcq), 0, &refused };
+	pthread_t t;
+	uint32_t got = 0, events = 0;
+
+	atomic_store(&drained, 0);
+	assert_int_equal(ibv_req_notify_cq(ibcq, 0), 0);
+	assert_int_equal(pthread_create(&t, NULL, produce_spaced, &p), 0);
+	while (got < EVENTS) {
+		struct pollfd pfd = { .fd = ch->fd, .events = POLLIN };
+		if (poll(&pfd, 1, 10000) != 1)
+			fail_msg("no event after %u of %u completions: a notification was lost", got,
+				 EVENTS);
+		struct ibv_cq *ev_cq;
+		void *ev_ctx;
+		assert_int_equal(ibv_get_cq_event(ch, &ev_cq, &ev_ctx), 0);
+		events++;
+		for (int pass = 0; pass < 2; pass++) {
+			struct ibv_wc wc[16];
+			int n;
+			while ((n = ibv_poll_cq(ibcq, 16, wc)) > 0)
+				for (int k = 0; k < n; k++, got++)
+					assert_int_equal(wc[k].wr_id, got);
+			atomic_store(&drained, got);
+			if (!pass)
+				assert_int_equal(ibv_req_notify_cq(ibcq, 0), 0);
+		}
+	}
+	assert_int_equal(pthread_join(t, NULL), 0);
+	ibv_ack_cq_events(ibcq, events);
+	printf("# %u completions, %u events\n", got, events);
+	assert_int_equal(ibv_destroy_cq(ibcq), 0);
+	assert_int_equal(ibv_destroy_comp_channel(ch), 0);
+}
+
 #define CONSUMERS 3
 #define WQES 30000
 
@@ -188,6 +258,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_producers_poller_resize, fix_setup, fix_teardown),
 		cmocka_unit_test_setup_teardown(test_full_ring_refuses, fix_setup, fix_teardown),
 		cmocka_unit_test_setup_teardown(test_rq_consumers, fix_setup, fix_teardown),
+		cmocka_unit_test_setup_teardown(test_arm_races_push, fix_setup, fix_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -56,6 +56,9 @@ struct sv_target {
  * checked as the destination of qp (type, receiving state). */
 enum sv_result sv_resp_locate(struct sv_qp *qp, uint32_t qpn, struct sv_target *t);
 enum sv_result sv_resp_find(struct sv_qp *qp, uint32_t qpn, struct sv_target *t);
+/* The target QP left the receiving states since it was found: a failure
+ * seen now is its teardown, and the request is dropped, not NAKed. */
+bool sv_resp_gone(const struct sv_target *t);
 /* XRC: the SRQ srqn of the target QP's domain becomes t->rx. */
 enum sv_result sv_resp_xrc(struct sv_target *t, uint32_t srqn);
 /* A remote buffer: rkey, address and length must fall in a registered MR

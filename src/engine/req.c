@@ -367,6 +367,11 @@ enum sv_result sv_deliver_wqe(struct sv_qp *qp, const struct sv_swqe *w, struct 
 	enum sv_result r = sv_resp_recv_iov(t, rw, riov, &cap, held);
 
 	if (r != SV_R_OK) {
+		/* A receiver tearing down (its QP destroyed, then its MRs)
+		 * drops the message as hardware would drop a packet for a QP
+		 * that is gone; the requester retries and times out. */
+		if (sv_resp_gone(t))
+			return SV_R_NO_RESPONSE;
 		/* The receiver's own buffer is bad: its local protection error,
 		 * and a Remote Operational Error NAK (9.7.5.2.8). */
 		sv_resp_fail(t, rw, IBV_WC_LOC_PROT_ERR, -1);
@@ -398,6 +403,8 @@ enum sv_result sv_deliver_wqe(struct sv_qp *qp, const struct sv_swqe *w, struct 
 	else if (need)
 		err = sv_copy_to(t->seg, qp->ctx->seg.h, src, ns, riov, (int)rw->num_sge);
 	sv_resp_recv_put(t, rw, held);
+	if (err && sv_resp_gone(t))
+		return SV_R_NO_RESPONSE;
 	if (err) {
 		sv_resp_fail(t, rw, IBV_WC_LOC_PROT_ERR, -1);
 		return sv_copy_failed(err, t->pid);
@@ -621,7 +628,7 @@ static enum sv_result execute(struct sv_qp *qp, struct sv_swqe *w)
 	r = sv_resp_mr_get(&t, w->rkey, w->remote_addr, len, access, &mr, &addr);
 	if (r != SV_R_OK) {
 		memcpy(sv_last_why, t.why, sizeof(sv_last_why));
-		return r;
+		return sv_resp_gone(&t) ? SV_R_NO_RESPONSE : r;
 	}
 	struct iovec rv = { addr, len };
 	struct shm_hdr *own = qp->ctx->seg.h;
@@ -643,7 +650,7 @@ static enum sv_result execute(struct sv_qp *qp, struct sv_swqe *w)
 	}
 	sv_resp_mr_put(t.seg, mr);
 	if (err)
-		return sv_copy_failed(err, t.pid);
+		return sv_resp_gone(&t) ? SV_R_NO_RESPONSE : sv_copy_failed(err, t.pid);
 	return r;
 }
 

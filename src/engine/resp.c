@@ -54,6 +54,15 @@ enum sv_result sv_resp_locate(struct sv_qp *qp, uint32_t qpn, struct sv_target *
 	return SV_R_OK;
 }
 
+bool sv_resp_gone(const struct sv_target *t)
+{
+	/* qp_free() takes the QP out of RTR/RTS first (and out of the
+	 * directory), before its owner can deregister anything. */
+	uint8_t st = atomic_load_explicit(&t->qp->state, memory_order_acquire);
+
+	return st != IBV_QPS_RTR && st != IBV_QPS_RTS && st != IBV_QPS_SQD;
+}
+
 enum sv_result sv_resp_find(struct sv_qp *qp, uint32_t qpn, struct sv_target *t)
 {
 	enum sv_result r = sv_resp_locate(qp, qpn, t);

@@ -623,6 +623,10 @@ void sv_cq_ring_init(struct shm_cqe *ring, uint32_t size, uint32_t used);
 void sv_cq_clean(struct shm_hdr *h, struct shm_cq *cq, uint32_t qpn);
 /* Completes every WQE of a receive queue with IBV_WC_WR_FLUSH_ERR. */
 void sv_flush_rq(struct sv_qp *qp);
+/* Takes every WQE out of a lock-free receive queue (a QP's RQ, a WQ),
+ * completing each with IBV_WC_WR_FLUSH_ERR into cq, or silently when cq
+ * is NULL (RESET). */
+void sv_rq_drain(struct shm_hdr *h, struct shm_wq *wq, struct shm_cq *cq, uint32_t qpn);
 
 /* engine/req.c: the requester */
 void sv_sq_progress(struct sv_qp *qp);

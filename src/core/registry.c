@@ -99,25 +99,24 @@ static struct reg_hdr *_Atomic reg_pub;
 static char reg_path[192];
 static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* Places n entries of size bytes at the next cache-line boundary. */
+static size_t place(size_t off, uint32_t *at, uint32_t *count, uint32_t n, size_t size)
+{
+	off = (off + 63) & ~(size_t)63;
+	*at = (uint32_t)off;
+	*count = n;
+	return off + n * size;
+}
+
 static size_t layout(struct reg_hdr *h)
 {
-	size_t off = (sizeof(*h) + 63) & ~(size_t)63;
+	size_t off = sizeof(*h);
 
-	h->n_eps = SV_HOST_MAX_ENDPOINTS;
-	h->off_eps = (uint32_t)off;
-	off += h->n_eps * sizeof(struct reg_ep);
-	off = (off + 63) & ~(size_t)63;
-	h->n_qpns = SV_HOST_MAX_QP;
-	h->off_qpns = (uint32_t)off;
-	off += h->n_qpns * sizeof(struct reg_qpn);
-	off = (off + 63) & ~(size_t)63;
-	h->n_mcast = SV_HOST_MAX_MCAST_ATTACH;
-	h->off_mcast = (uint32_t)off;
-	off += h->n_mcast * sizeof(struct reg_mcast);
-	off = (off + 63) & ~(size_t)63;
-	h->n_flows = SV_HOST_MAX_FLOWS;
-	h->off_flows = (uint32_t)off;
-	off += h->n_flows * sizeof(struct reg_flow);
+	off = place(off, &h->off_eps, &h->n_eps, SV_HOST_MAX_ENDPOINTS, sizeof(struct reg_ep));
+	off = place(off, &h->off_qpns, &h->n_qpns, SV_HOST_MAX_QP, sizeof(struct reg_qpn));
+	off = place(off, &h->off_mcast, &h->n_mcast, SV_HOST_MAX_MCAST_ATTACH,
+		    sizeof(struct reg_mcast));
+	off = place(off, &h->off_flows, &h->n_flows, SV_HOST_MAX_FLOWS, sizeof(struct reg_flow));
 	return (off + 4095) & ~(size_t)4095;
 }
 

@@ -121,18 +121,22 @@ void sv_cq_clean(struct shm_hdr *h, struct shm_cq *cq, uint32_t qpn)
 	sv_shm_unlock(&cq->lock);
 }
 
-void sv_flush_rq(struct sv_qp *qp)
+void sv_rq_drain(struct shm_hdr *h, struct shm_wq *wq, struct shm_cq *cq, uint32_t qpn)
 {
 	union { struct shm_rwqe w; char buf[sizeof(struct shm_rwqe) + SV_MAX_SGE * sizeof(struct ibv_sge)]; } rw;
-	struct shm_hdr *h = qp->ctx->seg.h;
 
-	/* A QP's receive queue is lock-free for consumers: the owner takes
-	 * its WQEs back as an initiator would. */
-	if (!qp->rq)
-		return;
-	while (sv_rq_take(h, qp->rq, &rw.w)) {
+	/* The queue is lock-free for consumers: the owner takes its WQEs
+	 * back as an initiator would, racing none of them. */
+	while (sv_rq_take(h, wq, &rw.w)) {
 		struct shm_cqe e = { .wr_id = rw.w.wr_id, .status = IBV_WC_WR_FLUSH_ERR,
-				     .opcode = IBV_WC_RECV, .qp_num = qp->ex.qp_base.qp_num };
-		sv_cq_push(h, qp->rcq->sh, &e);
+				     .opcode = IBV_WC_RECV, .qp_num = qpn };
+		if (cq)
+			sv_cq_push(h, cq, &e);
 	}
+}
+
+void sv_flush_rq(struct sv_qp *qp)
+{
+	if (qp->rq)
+		sv_rq_drain(qp->ctx->seg.h, qp->rq, qp->rcq->sh, qp->ex.qp_base.qp_num);
 }

@@ -56,6 +56,7 @@ struct sv_target {
  * checked as the destination of qp (type, receiving state). */
 enum sv_result sv_resp_locate(struct sv_qp *qp, uint32_t qpn, struct sv_target *t);
 enum sv_result sv_resp_find(struct sv_qp *qp, uint32_t qpn, struct sv_target *t);
+bool sv_resp_receiving(const struct shm_qp *qp);
 /* The target QP left the receiving states since it was found: a failure
  * seen now is its teardown, and the request is dropped, not NAKed. */
 bool sv_resp_gone(const struct sv_target *t);

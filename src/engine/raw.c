@@ -123,10 +123,8 @@ static bool raw_target(struct sv_qp *qp, uint32_t qpn, const struct sv_pkt_key *
 {
 	if (sv_resp_locate(qp, qpn, t) != SV_R_OK || t->qp->type != IBV_QPT_RAW_PACKET)
 		return false;
-	if (!t->qp->rss_off) {
-		uint8_t st = atomic_load_explicit(&t->qp->state, memory_order_acquire);
-		return st == IBV_QPS_RTR || st == IBV_QPS_RTS || st == IBV_QPS_SQD;
-	}
+	if (!t->qp->rss_off)
+		return sv_resp_receiving(t->qp);
 	const struct shm_rss *r = shm_at(t->seg, t->qp->rss_off);
 	t->wq_off = r->wq_off[rss_hash(r, k) & ((1u << r->log_size) - 1)];
 	struct shm_wq *wq = shm_at(t->seg, t->wq_off);

@@ -54,13 +54,20 @@ enum sv_result sv_resp_locate(struct sv_qp *qp, uint32_t qpn, struct sv_target *
 	return SV_R_OK;
 }
 
+/* C10-29: a QP receives only in RTR, RTS and SQD; packets for a QP in
+ * any other state are silently dropped. */
+bool sv_resp_receiving(const struct shm_qp *qp)
+{
+	uint8_t st = atomic_load_explicit(&qp->state, memory_order_acquire);
+
+	return st == IBV_QPS_RTR || st == IBV_QPS_RTS || st == IBV_QPS_SQD;
+}
+
 bool sv_resp_gone(const struct sv_target *t)
 {
 	/* qp_free() takes the QP out of RTR/RTS first (and out of the
 	 * directory), before its owner can deregister anything. */
-	uint8_t st = atomic_load_explicit(&t->qp->state, memory_order_acquire);
-
-	return st != IBV_QPS_RTR && st != IBV_QPS_RTS && st != IBV_QPS_SQD;
+	return !sv_resp_receiving(t->qp);
 }
 
 enum sv_result sv_resp_find(struct sv_qp *qp, uint32_t qpn, struct sv_target *t)
@@ -73,12 +80,7 @@ enum sv_result sv_resp_find(struct sv_qp *qp, uint32_t qpn, struct sv_target *t)
 	/* An XRC initiator talks to an XRC target; other types to their own. */
 	if (t->qp->type != (type == IBV_QPT_XRC_SEND ? IBV_QPT_XRC_RECV : type))
 		return SV_R_NO_RESPONSE;
-	/* C10-29: a QP receives only in RTR, RTS and SQD; packets for a QP
-	 * in any other state are silently dropped. */
-	uint8_t st = atomic_load_explicit(&t->qp->state, memory_order_acquire);
-	if (st != IBV_QPS_RTR && st != IBV_QPS_RTS && st != IBV_QPS_SQD)
-		return SV_R_NO_RESPONSE;
-	return SV_R_OK;
+	return sv_resp_receiving(t->qp) ? SV_R_OK : SV_R_NO_RESPONSE;
 }
 
 enum sv_result sv_resp_xrc(struct sv_target *t, uint32_t srqn)

@@ -502,12 +502,8 @@ static void enter_state(struct sv_qp *qp, enum ibv_qp_state cur, enum ibv_qp_sta
 		atomic_store_explicit(&qp->fins_due, 0, memory_order_relaxed);
 		atomic_store_explicit(&qp->rnr_waiting, false, memory_order_relaxed);
 		pthread_mutex_unlock(&qp->sq_lock);
-		if (qp->rq) {
-			union { struct shm_rwqe w; char buf[sizeof(struct shm_rwqe) +
-							  SV_MAX_SGE * sizeof(struct ibv_sge)]; } rw;
-			while (sv_rq_take(qp->ctx->seg.h, qp->rq, &rw.w))
-				;
-		}
+		if (qp->rq)
+			sv_rq_drain(qp->ctx->seg.h, qp->rq, NULL, 0);
 		/* Its completions still in the CQs go too, as mlx5 does
 		 * (mlx5_cq_clean): a reset QP starts from nothing. */
 		if (qp->scq)

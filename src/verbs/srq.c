@@ -254,12 +254,15 @@ int sv_wq_post(struct shm_hdr *h, struct shm_wq *wq, const struct ibv_recv_wr *w
 		*why = "num_sge exceeds the queue's max_sge";
 		return EINVAL;
 	}
-	if (wq->lockfree || wq->count == wq->size) {
-		int ret = wq->lockfree ? sv_rq_post(h, wq, wr) : ENOMEM;
-		if (ret)
-			*why = "the receive queue is full (max_wr outstanding)";
-		return ret;
+	/* A QP's RQ and a WQ are lock-free for their consumers (shm.h):
+	 * sv_rq_post() has posted unless the queue was full. */
+	bool full = wq->lockfree ? sv_rq_post(h, wq, wr) != 0 : wq->count == wq->size;
+	if (full) {
+		*why = "the receive queue is full (max_wr outstanding)";
+		return ENOMEM;
 	}
+	if (wq->lockfree)
+		return 0;
 	struct shm_rwqe *w = shm_wq_slot(h, wq, wq->head + wq->count);
 	w->wr_id = wr->wr_id;
 	w->num_sge = (uint32_t)wr->num_sge;

@@ -79,21 +79,6 @@ struct ibv_wq *sv_create_wq(struct ibv_context *ctx, struct ibv_wq_init_attr *a)
 	return ib;
 }
 
-/* Takes every posted WQE out of the queue, completing each with a flush
- * error when `flush` (to ERR), or silently (to RESET). */
-static void wq_drain(struct sv_wq *wq, bool flush)
-{
-	union { struct shm_rwqe w; char buf[sizeof(struct shm_rwqe) + SV_MAX_SGE * sizeof(struct ibv_sge)]; } rw;
-	struct shm_hdr *h = wq->ctx->seg.h;
-
-	while (sv_rq_take(h, wq->sh, &rw.w)) {
-		struct shm_cqe e = { .wr_id = rw.w.wr_id, .status = IBV_WC_WR_FLUSH_ERR,
-				     .opcode = IBV_WC_RECV, .qp_num = wq->ibwq.wq_num };
-		if (flush)
-			sv_cq_push(h, wq->cq->sh, &e);
-	}
-}
-
 int sv_modify_wq(struct ibv_wq *ibwq, struct ibv_wq_attr *a)
 {
 	const char *verb = "ibv_modify_wq";
@@ -124,7 +109,8 @@ int sv_modify_wq(struct ibv_wq *ibwq, struct ibv_wq_attr *a)
 		}
 		atomic_store_explicit(&wq->sh->wq_state, next, memory_order_relaxed);
 		if (next != IBV_WQS_RDY && cur != next)
-			wq_drain(wq, next == IBV_WQS_ERR);
+			sv_rq_drain(wq->ctx->seg.h, wq->sh, next == IBV_WQS_ERR ? wq->cq->sh : NULL,
+				    ibwq->wq_num);
 		ibwq->state = next;
 	}
 	pthread_mutex_unlock(&ibwq->mutex);

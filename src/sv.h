@@ -309,6 +309,12 @@ struct sv_context {
 	 * vctx: every verb works on its origin's state.  The origin's state
 	 * lives until it and all its imports are closed. */
 	struct sv_context *origin;
+	/* Imported from a context of another process: that context's
+	 * segment (mapped from the command fd), which holds this one's keys
+	 * and PDs; NULL otherwise.  Its own queues live in seg as usual. */
+	struct shm_hdr *home;
+	int home_fd;			/* the command fd it was imported with, or -1 */
+	bool home_unmap;		/* home is this context's own mapping */
 	atomic_uint imports;		/* open imports of this context */
 	bool closed;			/* ibv_close_device was called, imports remain */
 	struct sv_device *dev;
@@ -330,6 +336,8 @@ struct sv_context {
 struct sv_pd {
 	struct ibv_pd ibpd;
 	atomic_uint users;		/* MRs, QPs, SRQs, AHs, parent domains */
+	struct shm_pd *slot;		/* the handle's slot; a parent domain: its parent's */
+	bool foreign;			/* imported from another process's context */
 	/* A parent domain (rdma-core verbs.h, ibv_alloc_parent_domain): a PD
 	 * whose protection is its parent's, with a thread domain and the
 	 * application's allocator for queue memory. */
@@ -366,6 +374,7 @@ struct sv_mr {
 	uint64_t iova;
 	int access;
 	uint64_t share_off;		/* struct shm_share in the segment, or 0 */
+	bool foreign;			/* imported from another process's context */
 };
 
 /* A memory window (IBA 10.6.7).  Its rkey, range and rights live in the
@@ -532,6 +541,13 @@ static inline struct sv_context *sv_ctx(struct ibv_context *c)
 	return s->origin ? s->origin : s;
 }
 
+/* The segment whose key table and PD table the context uses: its own,
+ * or for an import from another process the home context's. */
+static inline struct shm_hdr *sv_keys(struct sv_context *c)
+{
+	return c->home ? c->home : c->seg.h;
+}
+
 /* Objects of a context and of its imports may be used together. */
 static inline bool sv_same_ctx(struct ibv_context *a, struct ibv_context *b)
 {
@@ -567,7 +583,9 @@ struct sv_rwq_ind {
 
 /* transport/shm/seg.c */
 void sv_seg_name(char *buf, size_t len, int32_t pid, uint32_t ep);
-int sv_seg_create(struct sv_seg *s, uint32_t ep);
+int sv_seg_create(struct sv_seg *s, uint32_t ep, uint32_t dev_index);
+struct shm_hdr *sv_seg_map_fd(int fd);
+void sv_seg_unmap(struct shm_hdr *h);
 void sv_seg_destroy(struct sv_seg *s);
 uint64_t sv_seg_alloc(struct sv_seg *s, uint64_t size);
 void sv_seg_free(struct sv_seg *s, uint64_t off, uint64_t size);
@@ -680,6 +698,11 @@ int sv_dealloc_td(struct ibv_td *td);
 struct ibv_pd *sv_alloc_parent_domain(struct ibv_context *ctx,
 				      struct ibv_parent_domain_init_attr *attr);
 /* Queue memory from a parent domain's allocator, or calloc. */
+/* Count an object in or out of a PD, here and in its shared slot. */
+void sv_pd_users_add(struct sv_pd *pd, int d);
+void sv_pd_release(void *pd);	/* a context's close: its handle, and what it allocated */
+/* Verbs that write the key table need it to be this process's. */
+bool sv_keys_own(struct ibv_context *ctx, const char *verb);
 void *sv_pd_alloc(struct sv_pd *pd, size_t size, size_t align, bool *from_app);
 void sv_pd_free(struct sv_pd *pd, void *p, bool from_app);
 
@@ -694,6 +717,7 @@ struct ibv_mr *sv_mr_new(struct ibv_pd *pd, void *addr, size_t length, uint64_t 
 /* The shared table entry (shm.h) of an MR or MW key of this context. */
 struct shm_mr *sv_key_entry(struct ibv_context *ctx, uint32_t key);
 /* Clears an entry's key, then waits until no initiator holds it. */
+bool sv_key_revoke_if(const struct shm_hdr *h, struct shm_mr *e, uint32_t key);
 void sv_key_revoke(const struct shm_hdr *h, struct shm_mr *e, uint32_t key);
 int sv_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32_t flags,
 		 struct ibv_sge *sg, uint32_t num_sge);

@@ -37,8 +37,11 @@ const char *sv_result_name(enum sv_result r);
 /* engine/resp.c: the responder's checks, run by the initiator against the
  * target's segment. */
 struct sv_target {
-	struct shm_hdr *seg;	/* the receiving context: memory, queues, CQs */
+	struct shm_hdr *seg;	/* the receiving context: queues, CQs */
 	struct shm_hdr *qseg;	/* the target QP's context: seg, except for XRC */
+	/* The receiving context's keys and memory: seg, or for a context
+	 * imported from another process its home's (shm_hdr.home_pid). */
+	struct shm_hdr *mseg;
 	struct shm_qp *qp;
 	/* Where a message is received and whose PD protects the target's
 	 * memory: the QP itself, or for XRC the SRQ the request names. */
@@ -46,7 +49,7 @@ struct sv_target {
 	uint64_t rcq_off;	/* where receive completions go, in seg */
 	uint64_t wq_off;	/* the receive queue (RQ, SRQ or WQ), in seg */
 	uint32_t wq_num;	/* a WQ's number, reported as qp_num; else 0 */
-	int32_t pid;
+	int32_t pid;		/* whose memory: mseg's owner */
 	struct sv_map_cache *cache;	/* the initiating QP's */
 	bool mapped;		/* the last buffer resolved is mapped here (direct path) */
 	char why[SV_WHY_LEN];	/* the failed check, for explain mode */

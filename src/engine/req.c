@@ -278,9 +278,10 @@ static enum sv_result local_iov(struct sv_qp *qp, struct sv_swqe *w, bool write,
 		}
 		return SV_R_OK;
 	}
-	/* The lkeys are checked against this context's own shared MR table,
-	 * which holds everything the check needs: no lock, no lookup. */
-	const struct shm_hdr *own = qp->ctx->seg.h;
+	/* The lkeys are checked against the context's shared MR table (its
+	 * own, or its home's), which holds everything the check needs: no
+	 * lock, no lookup. */
+	const struct shm_hdr *own = sv_keys(qp->ctx);
 	for (uint32_t i = 0; i < w->num_sge; i++) {
 		const struct ibv_sge *s = &w->sge[i];
 		if (!s->length)
@@ -401,7 +402,7 @@ enum sv_result sv_deliver_wqe(struct sv_qp *qp, const struct sv_swqe *w, struct 
 	if (need && t->mapped)
 		sv_copy_mapped(qp->ctx->seg.h, true, src, ns, riov, (int)rw->num_sge);
 	else if (need)
-		err = sv_copy_to(t->seg, qp->ctx->seg.h, src, ns, riov, (int)rw->num_sge);
+		err = sv_copy_to(t->mseg, qp->ctx->seg.h, src, ns, riov, (int)rw->num_sge);
 	sv_resp_recv_put(t, rw, held);
 	if (err && sv_resp_gone(t))
 		return SV_R_NO_RESPONSE;
@@ -487,13 +488,13 @@ static enum sv_result do_atomic(struct sv_qp *qp, struct sv_swqe *w, struct sv_t
 	struct iovec rv = { addr, 8 }, ov = { &old, 8 }, nv = { &new, 8 };
 	/* IBV_ATOMIC_HCA: atomic against every other softverbs atomic on
 	 * this target, which all take this lock. */
-	sv_shm_lock(&t->seg->atomic_lock);
+	sv_shm_lock(&t->mseg->atomic_lock);
 	struct shm_hdr *own = qp->ctx->seg.h;
 	int err = 0;
 	if (t->mapped)
 		sv_copy_mapped(own, false, &ov, 1, &rv, 1);
 	else
-		err = sv_copy_from(t->seg, own, &ov, 1, &rv, 1);
+		err = sv_copy_from(t->mseg, own, &ov, 1, &rv, 1);
 	if (!err) {
 		if (w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)
 			new = old + w->compare_add;
@@ -502,10 +503,10 @@ static enum sv_result do_atomic(struct sv_qp *qp, struct sv_swqe *w, struct sv_t
 		if (new != old && t->mapped)
 			sv_copy_mapped(own, true, &nv, 1, &rv, 1);
 		else if (new != old)
-			err = sv_copy_to(t->seg, own, &nv, 1, &rv, 1);
+			err = sv_copy_to(t->mseg, own, &nv, 1, &rv, 1);
 	}
-	sv_shm_unlock(&t->seg->atomic_lock);
-	sv_resp_mr_put(t->seg, mr);
+	sv_shm_unlock(&t->mseg->atomic_lock);
+	sv_resp_mr_put(t->mseg, mr);
 	if (err)
 		return sv_copy_failed(err, t->pid);
 	memcpy(liov[0].iov_base, &old, 8);
@@ -562,34 +563,25 @@ static int store_word(struct sv_qp *qp, struct sv_target *t, void *addr, const s
 	int err = 0;
 
 	memcpy(&v, l->iov_base, 8);
-	sv_shm_lock(&t->seg->atomic_lock);
+	sv_shm_lock(&t->mseg->atomic_lock);
 	if (t->mapped) {
 		__atomic_store_n((uint64_t *)addr, v, __ATOMIC_RELEASE);
 	} else {
 		struct iovec lv = { &v, 8 }, rv = { addr, 8 };
-		err = sv_copy_to(t->seg, qp->ctx->seg.h, &lv, 1, &rv, 1);
+		err = sv_copy_to(t->mseg, qp->ctx->seg.h, &lv, 1, &rv, 1);
 	}
-	sv_shm_unlock(&t->seg->atomic_lock);
+	sv_shm_unlock(&t->mseg->atomic_lock);
 	return err;
 }
 
-static enum sv_result execute(struct sv_qp *qp, struct sv_swqe *w)
+static enum sv_result execute_remote(struct sv_qp *qp, struct sv_swqe *w, struct iovec *liov,
+				     int nl, uint64_t len)
 {
 	const struct wr_info *wi = &wr_info[w->opcode];
 	enum ibv_qp_type type = qp->ex.qp_base.qp_type;
-	struct iovec liov[SV_MAX_SGE + 1];
 	struct sv_target t;
-	uint64_t len;
-	int nl;
+	enum sv_result r;
 
-	sv_last_why[0] = 0;
-	if (wi->flags & F_LOCAL)
-		return execute_local(qp, w);
-	enum sv_result r = local_iov(qp, w, (wi->flags & (F_READ | F_ATOMIC)) != 0, liov, &nl, &len);
-	if (r != SV_R_OK)
-		return r;
-	if (len > SV_MAX_MSG_SZ)
-		return SV_R_LOC_LEN;
 	/* A UD message fits one MTU (IBA 9.8.2). */
 	if (type == IBV_QPT_UD && len > (128u << sv_config()->active_mtu))
 		return SV_R_LOC_LEN;
@@ -639,7 +631,8 @@ static enum sv_result execute(struct sv_qp *qp, struct sv_swqe *w)
 	else if (len && t.mapped)
 		sv_copy_mapped(own, !read, liov, nl, &rv, 1);
 	else if (len)
-		err = read ? sv_copy_from(t.seg, own, liov, nl, &rv, 1) : sv_copy_to(t.seg, own, liov, nl, &rv, 1);
+		err = read ? sv_copy_from(t.mseg, own, liov, nl, &rv, 1) :
+			     sv_copy_to(t.mseg, own, liov, nl, &rv, 1);
 	if (!err && (wi->flags & F_RECV)) {
 		/* WRITE_WITH_IMM also consumes a receive WQE, once its data has
 		 * landed, so that the completion never runs ahead of the data.
@@ -648,10 +641,93 @@ static enum sv_result execute(struct sv_qp *qp, struct sv_swqe *w)
 		struct iovec none;
 		r = sv_deliver_recv(qp, w, &t, &none, 0, len, false);
 	}
-	sv_resp_mr_put(t.seg, mr);
+	sv_resp_mr_put(t.mseg, mr);
 	if (err)
 		return sv_resp_gone(&t) ? SV_R_NO_RESPONSE : sv_copy_failed(err, t.pid);
 	return r;
+}
+
+/*
+ * A context imported from another process uses the home's MRs, whose
+ * bytes are in the home process: the WQE's local side moves through a
+ * buffer here, filled before the operation and, for a READ or atomic,
+ * emptied into the home's memory after it (as any peer's copy would,
+ * CMA or the home's bounce path).
+ */
+struct stage {
+	void *buf;
+	struct iovec home[SV_MAX_SGE];
+	int n;
+	uint64_t len;
+};
+
+static enum sv_result stage_in(struct sv_qp *qp, const struct sv_swqe *w, bool write,
+			       struct iovec *liov, int *nl, uint64_t len, struct stage *st)
+{
+	struct shm_hdr *home = qp->ctx->home;
+
+	st->buf = NULL;
+	if (!home || w->inline_len || !*nl)
+		return SV_R_OK;
+	st->buf = malloc(len);
+	if (!st->buf) {
+		snprintf(sv_last_why, sizeof(sv_last_why), "no memory to stage %llu bytes of pid "
+			 "%d's MR", (unsigned long long)len, (int)home->pid);
+		return SV_R_LOC_QP_OP;
+	}
+	memcpy(st->home, liov, (size_t)*nl * sizeof(*liov));
+	st->n = *nl;
+	st->len = len;
+	struct iovec b = { st->buf, len };
+	int err = write ? 0 : sv_copy_from(home, qp->ctx->seg.h, &b, 1, st->home, st->n);
+	if (err) {
+		free(st->buf);
+		st->buf = NULL;
+		snprintf(sv_last_why, sizeof(sv_last_why), "cannot read the imported MR's memory in "
+			 "pid %d: %s", (int)home->pid, sv_errno_name(err));
+		return SV_R_LOC_PROT;
+	}
+	liov[0] = b;
+	*nl = 1;
+	return SV_R_OK;
+}
+
+static enum sv_result stage_out(struct sv_qp *qp, bool write, struct stage *st, enum sv_result r)
+{
+	if (!st->buf)
+		return r;
+	struct iovec b = { st->buf, st->len };
+	int err = write && r == SV_R_OK ?
+		  sv_copy_to(qp->ctx->home, qp->ctx->seg.h, &b, 1, st->home, st->n) : 0;
+	free(st->buf);
+	if (!err)
+		return r;
+	snprintf(sv_last_why, sizeof(sv_last_why), "cannot write the imported MR's memory in pid "
+		 "%d: %s", (int)qp->ctx->home->pid, sv_errno_name(err));
+	return SV_R_LOC_PROT;
+}
+
+static enum sv_result execute(struct sv_qp *qp, struct sv_swqe *w)
+{
+	const struct wr_info *wi = &wr_info[w->opcode];
+	bool write = (wi->flags & (F_READ | F_ATOMIC)) != 0;
+	struct iovec liov[SV_MAX_SGE + 1];
+	struct stage st;
+	uint64_t len;
+	int nl;
+
+	sv_last_why[0] = 0;
+	if (wi->flags & F_LOCAL)
+		return execute_local(qp, w);
+	enum sv_result r = local_iov(qp, w, write, liov, &nl, &len);
+	if (r != SV_R_OK)
+		return r;
+	if (len > SV_MAX_MSG_SZ)
+		return SV_R_LOC_LEN;
+	r = stage_in(qp, w, write, liov, &nl, len, &st);
+	if (r != SV_R_OK)
+		return r;
+	return stage_out(qp, write, &st, execute_remote(qp, w, liov, nl, len));
 }
 
 /* The responder-side consequence of a NAK the requester received. */

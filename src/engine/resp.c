@@ -22,6 +22,22 @@ static bool try_direct(const struct sv_target *t)
 	return t->pid != sv_pid() && sv_config()->copy == SV_COPY_AUTO;
 }
 
+/*
+ * Keys and memory of the receiving context t->seg: its own, or its
+ * home's.  A home that cannot be mapped any more (its process exited)
+ * leaves the context's own table, which holds no key, so every access
+ * fails its key check as on a deregistered MR.
+ */
+static void set_mem(struct sv_target *t)
+{
+	const struct shm_hdr *s = t->seg;
+
+	t->mseg = s->home_pid ? sv_seg_peer(s->home_ep, s->home_pid, s->home_start) : NULL;
+	if (!t->mseg)
+		t->mseg = t->seg;
+	t->pid = t->mseg->pid;
+}
+
 enum sv_result sv_resp_locate(struct sv_qp *qp, uint32_t qpn, struct sv_target *t)
 {
 	struct sv_reg_ep_info ep;
@@ -50,7 +66,7 @@ enum sv_result sv_resp_locate(struct sv_qp *qp, uint32_t qpn, struct sv_target *
 	t->rcq_off = t->qp->rcq_off;
 	t->wq_off = t->qp->srq_off ? t->qp->srq_off : t->qp->rq_off;
 	t->wq_num = 0;
-	t->pid = ep.pid;
+	set_mem(t);
 	return SV_R_OK;
 }
 
@@ -108,7 +124,7 @@ enum sv_result sv_resp_xrc(struct sv_target *t, uint32_t srqn)
 	/* From here the receiving context is the SRQ's: its buffers, its
 	 * MRs (through the SRQ's PD), its CQ. */
 	t->seg = seg;
-	t->pid = ep.pid;
+	set_mem(t);
 	t->rx = x;
 	t->rcq_off = x->rcq_off;
 	t->wq_off = x->srq_off;
@@ -171,7 +187,7 @@ static void *direct_map(struct sv_target *t, const struct shm_mr *m, uint64_t va
 	    c->addr != m->addr || c->length != m->length || c->share_off != m->share_off)
 		*c = (struct sv_map_cache){ m, atomic_load_explicit(&m->key, memory_order_relaxed),
 					    m->addr, m->length, m->share_off,
-					    sv_direct_map(t->seg, m, m->addr, m->length) };
+					    sv_direct_map(t->mseg, m, m->addr, m->length) };
 	return c->base ? c->base + (va - m->addr) : NULL;
 }
 
@@ -193,16 +209,16 @@ static void explain_rkey(struct sv_target *t, const struct shm_mr *m, uint32_t r
 	uint32_t idx = rkey >> 8;
 
 	if (!m) {
-		const struct shm_mr *e = idx && idx < t->seg->n_mrs ? &shm_mrs(t->seg)[idx] : NULL;
+		const struct shm_mr *e = idx && idx < t->mseg->n_mrs ? &shm_mrs(t->mseg)[idx] : NULL;
 		bool win = e && e->kind != SHM_KIND_MR;
 		if (e && e->revoked_key == rkey)
 			snprintf(t->why, sizeof(t->why), "%s 0x%x was %s %.3f ms ago by pid %d",
 				 win ? "window rkey" : "rkey", rkey, win ? "invalidated or rebound" :
 				 "deregistered", (double)(sv_now_ns() - e->revoked_ns) / 1e6,
-				 (int)t->seg->pid);
+				 (int)t->mseg->pid);
 		else
 			snprintf(t->why, sizeof(t->why), "rkey 0x%x is not %s in pid %d", rkey,
-				 win ? "a bound window" : "registered", (int)t->seg->pid);
+				 win ? "a bound window" : "registered", (int)t->mseg->pid);
 	} else if (m->pd != t->rx->pd) {
 		snprintf(t->why, sizeof(t->why), "rkey 0x%x belongs to another PD than target qpn 0x%x",
 			 rkey, t->qp->qpn);
@@ -231,19 +247,19 @@ enum sv_result sv_resp_mr_get(struct sv_target *t, uint32_t rkey, uint64_t va, u
 	/* IBA 9.4.3: a zero-length RDMA carries no address to check. */
 	if (!len)
 		return SV_R_OK;
-	struct shm_mr *m = hold_mr(t->seg, rkey), *region = m;
+	struct shm_mr *m = hold_mr(t->mseg, rkey), *region = m;
 	if (m && m->kind != SHM_KIND_MR) {
 		/* A window: also hold its MR, whose deregistration ends the
 		 * window's access too.  A type 2 window answers only on the
 		 * QP it was bound through (IBA 10.6.7.2, type 2B). */
-		region = hold_mr(t->seg, m->mw.mr_key);
+		region = hold_mr(t->mseg, m->mw.mr_key);
 		if (!region || (m->kind == SHM_KIND_MW2 && m->mw.qpn != t->qp->qpn)) {
 			snprintf(t->why, sizeof(t->why), region ?
 				 "window rkey 0x%x was bound through qpn 0x%x, not target qpn 0x%x" :
 				 "window rkey 0x%x lies in MR key 0x%x, which was deregistered", rkey,
 				 region ? m->mw.qpn : m->mw.mr_key, t->qp->qpn);
-			put_entry(t->seg, region);
-			put_entry(t->seg, m);
+			put_entry(t->mseg, region);
+			put_entry(t->mseg, m);
 			return SV_R_NAK_ACCESS;
 		}
 	}
@@ -251,7 +267,7 @@ enum sv_result sv_resp_mr_get(struct sv_target *t, uint32_t rkey, uint64_t va, u
 	 * missing rights, or outside the region: Remote Access Error. */
 	if (!m || m->pd != t->rx->pd || (m->access & access) != access || !in_bounds(m, va, len)) {
 		explain_rkey(t, m, rkey, va, len, access);
-		sv_resp_mr_put(t->seg, m);
+		sv_resp_mr_put(t->mseg, m);
 		return SV_R_NAK_ACCESS;
 	}
 	*mr = m;
@@ -301,7 +317,7 @@ enum sv_result sv_resp_recv_iov(struct sv_target *t, const struct shm_rwqe *w, s
 	*cap = 0;
 	for (uint32_t i = 0; i < w->num_sge; i++) {
 		const struct ibv_sge *s = &w->sge[i];
-		struct shm_mr *m = s->length ? hold_mr(t->seg, s->lkey) : NULL;
+		struct shm_mr *m = s->length ? hold_mr(t->mseg, s->lkey) : NULL;
 
 		held[i] = m;
 		iov[i].iov_len = s->length;
@@ -335,7 +351,7 @@ enum sv_result sv_resp_recv_iov(struct sv_target *t, const struct shm_rwqe *w, s
 void sv_resp_recv_put(struct sv_target *t, const struct shm_rwqe *w, struct shm_mr **held)
 {
 	for (uint32_t i = 0; i < w->num_sge; i++) {
-		sv_resp_mr_put(t->seg, held[i]);
+		sv_resp_mr_put(t->mseg, held[i]);
 		held[i] = NULL;
 	}
 }
@@ -363,7 +379,7 @@ void sv_resp_fail(struct sv_target *t, const struct shm_rwqe *wqe, enum ibv_wc_s
 int sv_resp_invalidate(struct sv_target *t, uint32_t rkey)
 {
 	uint32_t idx = rkey >> 8;
-	struct shm_mr *m = idx && idx < t->seg->n_mrs ? &shm_mrs(t->seg)[idx] : NULL;
+	struct shm_mr *m = idx && idx < t->mseg->n_mrs ? &shm_mrs(t->mseg)[idx] : NULL;
 	uint32_t expect = rkey;
 
 	/* o10-37.2.43..: only a bound type 2 window of the target QP's PD,

@@ -184,7 +184,7 @@ static enum sv_result rndv(struct sv_qp *qp, struct sv_target *t, const struct s
 	struct iovec src = { addr, rlen };
 	struct shm_cqe done = { .opcode = IBV_WC_TM_RECV, .wc_flags = IBV_WC_TM_DATA_VALID };
 	r = sv_deliver_wqe(qp, NULL, t, w, &src, 1, rlen, true, &done);
-	sv_resp_mr_put(self.seg, mr);
+	sv_resp_mr_put(self.mseg, mr);
 	if (r == SV_R_OK && qp->fin_n < SV_MAX_FIN_DUE) {
 		qp->fin[qp->fin_n].from_qpn = t->qp->qpn;
 		memcpy(qp->fin[qp->fin_n++].hdr, h, sizeof(*h));

@@ -79,13 +79,13 @@ SV_EXPORT struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *at
 	ah->ibah.pd = pd;
 	ah->attr = *attr;
 	ah->pd = sv_pd(pd);
-	atomic_fetch_add(&ah->pd->users, 1);
+	sv_pd_users_add(ah->pd, 1);
 	return &ah->ibah;
 }
 
 static void ah_free(struct sv_ah *ah)
 {
-	atomic_fetch_sub(&ah->pd->users, 1);
+	sv_pd_users_add(ah->pd, -1);
 	atomic_fetch_sub(&sv_ctx(ah->ibah.context)->nah, 1);
 	free(ah);
 }

@@ -66,22 +66,27 @@ bool sv_context_live(struct ibv_context *ctx, const char *verb)
 	return false;
 }
 
-SV_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
+/*
+ * A context with its own segment, endpoint and progress thread.  `home`:
+ * the segment of another process's context it is imported from, whose
+ * keys and PDs it shares (written into the segment's header before any
+ * QP is published, so initiators that find a QP see it).
+ */
+static struct ibv_context *context_open(struct sv_device *dev, struct shm_hdr *home,
+					const char *verb)
 {
-	struct sv_device *dev = sv_device_get(device);
 	struct sv_context *c;
 	int ret;
 
-	if (!dev)
-		return sv_fail_null(EINVAL, "ibv_open_device", "device %p is not a softverbs device",
-				    (void *)device);
 	c = calloc(1, sizeof(*c));
 	if (!c)
-		return sv_fail_null(ENOMEM, "ibv_open_device", "out of memory");
+		return sv_fail_null(ENOMEM, verb, "out of memory");
 	c->dev = dev;
+	c->home = home;
+	c->home_fd = -1;
 	c->vctx.sz = sizeof(c->vctx);
 	c->vctx.context.abi_compat = __VERBS_ABI_IS_EXTENDED;
-	c->vctx.context.device = device;
+	c->vctx.context.device = &dev->ibdev;
 	c->vctx.context.cmd_fd = -1;
 	c->vctx.context.num_comp_vectors = SV_NUM_COMP_VECTORS;
 	pthread_mutex_init(&c->vctx.context.mutex, NULL);
@@ -97,7 +102,7 @@ SV_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 		goto out_evq;
 	ret = sv_reg_ep_attach(dev->index, &c->ep);
 	if (ret) {
-		sv_fail(ret, "ibv_open_device", "cannot join the host registry %s: %s",
+		sv_fail(ret, verb, "cannot join the host registry %s: %s",
 			sv_reg_path(), strerror(ret));
 		goto out_keys;
 	}
@@ -106,11 +111,16 @@ SV_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	 * Same-user peers are trusted already (docs/architecture.md §7), so
 	 * name them all; a stricter scope still refuses, and is explained. */
 	prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
-	ret = sv_seg_create(&c->seg, c->ep);
+	ret = sv_seg_create(&c->seg, c->ep, dev->index);
 	if (ret) {
-		sv_fail(ret, "ibv_open_device", "cannot create the shared segment in /dev/shm: %s",
+		sv_fail(ret, verb, "cannot create the shared segment in /dev/shm: %s",
 			strerror(ret));
 		goto out_ep;
+	}
+	if (home) {
+		c->seg.h->home_pid = home->pid;
+		c->seg.h->home_ep = home->ep;
+		c->seg.h->home_start = home->start_time;
 	}
 	sv_seg_register_local(c->seg.h, true);
 	/* The context's "command fd" names its segment, as the uverbs fd
@@ -125,7 +135,7 @@ SV_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	/* The port is up from the start; hardware reports that as an event
 	 * too, and ibv_asyncwatch shows it. */
 	sv_async_event(&c->vctx.context, NULL, IBV_EVENT_PORT_ACTIVE);
-	sv_dbg("%s: context %p open, registry endpoint %u", device->name, (void *)c, c->ep);
+	sv_dbg("%s: context %p open, registry endpoint %u", dev->ibdev.name, (void *)c, c->ep);
 	return &c->vctx.context;
 
 out_progress:
@@ -143,6 +153,16 @@ out_free:
 	free(c);
 	errno = ret;
 	return NULL;
+}
+
+SV_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
+{
+	struct sv_device *dev = sv_device_get(device);
+
+	if (!dev)
+		return sv_fail_null(EINVAL, "ibv_open_device", "device %p is not a softverbs device",
+				    (void *)device);
+	return context_open(dev, NULL, "ibv_open_device");
 }
 
 static void release_qp(void *o, void *a) { (void)a; sv_qp_release(o); }
@@ -167,7 +187,7 @@ static void release_objects(struct ibv_context *ctx)
 	sv_xrcd_release_all(ctx);
 	sv_obj_foreach(ctx, SV_OBJ_CQ, release_cq, NULL);
 	sv_obj_foreach(ctx, SV_OBJ_CHANNEL, release_channel, NULL);
-	sv_obj_release_all(ctx, SV_OBJ_PD, free);
+	sv_obj_release_all(ctx, SV_OBJ_PD, sv_pd_release);
 	sv_obj_release_all(ctx, SV_OBJ_TD, free);
 }
 
@@ -180,6 +200,10 @@ static void context_free(struct sv_context *c)
 	sv_reg_ep_detach(c->ep);
 	sv_seg_register_local(c->seg.h, false);
 	sv_seg_destroy(&c->seg);
+	if (c->home_unmap)
+		sv_seg_unmap(c->home);
+	if (c->home_fd >= 0)
+		close(c->home_fd);
 	sv_keytab_destroy(&c->mrs);
 	sv_evq_destroy(&c->async);
 	pthread_mutex_destroy(&c->lock);
@@ -234,6 +258,55 @@ static bool same_segment(const void *obj, const void *arg)
 }
 
 /*
+ * The command fd of another process's context (passed with SCM_RIGHTS or
+ * pidfd_getfd): a context of this process whose keys and PDs are the
+ * home's (ibv_import_pd, ibv_import_mr by handle, ibv_alloc_pd), and
+ * whose queues are its own.  The memory of an imported MR stays the home
+ * process's: this process moves bytes in and out of it as it would for
+ * any peer (docs/architecture.md §4).  An import of an import is an
+ * import of its home.
+ */
+static struct ibv_context *import_foreign(int cmd_fd)
+{
+	const char *verb = "ibv_import_device";
+	struct shm_hdr *h = sv_seg_map_fd(cmd_fd), *home = h;
+
+	if (!h)
+		return sv_fail_null(EINVAL, verb, "fd %d is not the command fd of a softverbs "
+				    "context", cmd_fd);
+	if (h->pid == sv_pid()) {
+		sv_seg_unmap(h);
+		return sv_fail_null(EINVAL, verb, "fd %d names a context of this process that is "
+				    "closed", cmd_fd);
+	}
+	if (h->home_pid)
+		home = sv_seg_peer(h->home_ep, h->home_pid, h->home_start);
+	struct sv_device *dev = (int)h->dev_index < sv_device_count() ?
+				sv_device_at((int)h->dev_index) : NULL;
+	if (!home || !sv_proc_alive(home->pid, home->start_time) || !dev) {
+		sv_seg_unmap(h);
+		return sv_fail_null(EINVAL, verb, "fd %d: %s", cmd_fd, dev ?
+				    "the process of the context it names has exited" :
+				    "the context is of a device this process does not have");
+	}
+	struct ibv_context *ctx = context_open(dev, home, verb);
+	if (!ctx) {
+		sv_seg_unmap(h);
+		return NULL;
+	}
+	struct sv_context *c = sv_ctx_self(ctx);
+	/* The import owns cmd_fd; and the mapping, unless the home's is the
+	 * peers' cache's. */
+	c->home_fd = cmd_fd;
+	c->home_unmap = home == h;
+	if (home != h)
+		sv_seg_unmap(h);
+	ctx->cmd_fd = cmd_fd;
+	sv_dbg("context %p imported from pid %d", (void *)c, (int)home->pid);
+	return ctx;
+}
+
+/*
  * rdma-core 44: a second ibv_context on the kernel context behind cmd_fd,
  * sharing its objects by handle (ibv_import_pd, ibv_import_mr,
  * ibv_import_dm); the new context owns cmd_fd.  The fd of a softverbs
@@ -253,9 +326,7 @@ SV_EXPORT struct ibv_context *ibv_import_device(int cmd_fd)
 		atomic_fetch_add(&o->imports, 1);
 	pthread_mutex_unlock(&import_lock);
 	if (!o)
-		return sv_fail_null(EOPNOTSUPP, verb, "fd %d is not the command fd of an open "
-				    "softverbs context of this process; importing a context of "
-				    "another process is not supported", cmd_fd);
+		return import_foreign(cmd_fd);
 	struct sv_context *c = calloc(1, sizeof(*c));
 	if (!c) {
 		atomic_fetch_sub(&o->imports, 1);

@@ -58,7 +58,8 @@ static int memcpy_from_dm(void *host, struct ibv_dm *d, uint64_t off, size_t len
 	return 0;
 }
 
-static struct sv_dm *dm_new(struct ibv_context *ctx, uint64_t data_off, uint64_t len)
+static struct sv_dm *dm_new(struct ibv_context *ctx, struct shm_hdr *seg, uint64_t data_off,
+			    uint64_t len)
 {
 	struct sv_dm *dm = calloc(1, sizeof(*dm));
 
@@ -68,7 +69,7 @@ static struct sv_dm *dm_new(struct ibv_context *ctx, uint64_t data_off, uint64_t
 	dm->ibdm.memcpy_to_dm = memcpy_to_dm;
 	dm->ibdm.memcpy_from_dm = memcpy_from_dm;
 	dm->ibdm.handle = (uint32_t)data_off;
-	dm->base = shm_at(sv_ctx(ctx)->seg.h, data_off);
+	dm->base = shm_at(seg, data_off);
 	dm->len = len;
 	if (sv_obj_add(dm, SV_OBJ_DM, ctx)) {
 		free(dm);
@@ -102,7 +103,7 @@ struct ibv_dm *sv_alloc_dm(struct ibv_context *ctx, struct ibv_alloc_dm_attr *at
 	if (!block)
 		return sv_fail_null(ENOMEM, verb, "the context's shared segment is full");
 	uint64_t data = (block + SHM_ALIGN + align - 1) & ~(align - 1);
-	struct sv_dm *dm = dm_new(ctx, data, attr->length);
+	struct sv_dm *dm = dm_new(ctx, c->seg.h, data, attr->length);
 	if (!dm) {
 		sv_seg_free(&c->seg, block, block_len);
 		return sv_fail_null(ENOMEM, verb, "out of memory");
@@ -181,14 +182,16 @@ void sv_dm_release_all(struct ibv_context *ctx)
 }
 
 /* rdma-core 44: another handle on the same device memory, in a context
- * sharing the owner's (here: its segment); freeing stays the owner's. */
+ * sharing the owner's (here: its segment, mapped in every process that
+ * imports the context); freeing stays the owner's. */
 SV_EXPORT struct ibv_dm *ibv_import_dm(struct ibv_context *ctx, uint32_t handle)
 {
 	const char *verb = "ibv_import_dm";
 
 	if (!sv_context_live(ctx, verb))
 		return NULL;
-	const struct shm_hdr *h = sv_ctx(ctx)->seg.h;
+	/* A context imported from another process imports the home's. */
+	struct shm_hdr *h = sv_keys(sv_ctx(ctx));
 	if (handle < h->heap_off + SHM_ALIGN || handle >= h->size || handle % SHM_ALIGN)
 		return sv_fail_null(EINVAL, verb, "handle %u names no device memory of this context",
 				    handle);
@@ -196,7 +199,7 @@ SV_EXPORT struct ibv_dm *ibv_import_dm(struct ibv_context *ctx, uint32_t handle)
 	if (atomic_load_explicit(&sd->magic, memory_order_acquire) != SHM_DM_MAGIC)
 		return sv_fail_null(EINVAL, verb, "handle %u names no device memory of this context",
 				    handle);
-	struct sv_dm *dm = dm_new(ctx, handle, sd->len);
+	struct sv_dm *dm = dm_new(ctx, h, handle, sd->len);
 	if (!dm)
 		return sv_fail_null(ENOMEM, verb, "out of memory");
 	dm->imported = true;

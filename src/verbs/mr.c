@@ -105,14 +105,11 @@ static void mr_describe(struct sv_mr *mr)
 			sv_direct_describe(&c->seg, mr->ibmr.addr, mr->ibmr.length);
 }
 
-void sv_key_revoke(const struct shm_hdr *h, struct shm_mr *e, uint32_t key)
+static void drain_holders(const struct shm_hdr *h, struct shm_mr *e, uint32_t key)
 {
 	_Atomic uint32_t *users = shm_mr_users(h, e);
 	uint64_t start = sv_now_ns();
 
-	e->revoked_key = key;
-	e->revoked_ns = sv_now_ns();
-	atomic_store(&e->key, 0);
 	while (atomic_load(users)) {
 		/* Holders finish one copy; only a peer that died mid-copy
 		 * could hold on, and it can no longer write. */
@@ -123,6 +120,30 @@ void sv_key_revoke(const struct shm_hdr *h, struct shm_mr *e, uint32_t key)
 		}
 		sched_yield();
 	}
+}
+
+void sv_key_revoke(const struct shm_hdr *h, struct shm_mr *e, uint32_t key)
+{
+	e->revoked_key = key;
+	e->revoked_ns = sv_now_ns();
+	atomic_store(&e->key, 0);
+	drain_holders(h, e, key);
+}
+
+/* Another process's revoke (a dereg through an import): only while the
+ * entry still holds this key, which its owner may have revoked or reused
+ * meanwhile.  The compare-and-swap is sequentially consistent, as the
+ * owner's store is. */
+bool sv_key_revoke_if(const struct shm_hdr *h, struct shm_mr *e, uint32_t key)
+{
+	uint32_t expect = key;
+
+	if (!atomic_compare_exchange_strong(&e->key, &expect, 0))
+		return false;
+	e->revoked_key = key;
+	e->revoked_ns = sv_now_ns();
+	drain_holders(h, e, key);
+	return true;
 }
 
 static void mr_revoke(struct sv_mr *mr)
@@ -192,6 +213,8 @@ struct ibv_mr *sv_mr_new(struct ibv_pd *pd, void *addr, size_t length, uint64_t 
 	struct sv_mr *mr;
 	uint32_t key;
 
+	if (!sv_keys_own(pd->context, verb))
+		return NULL;
 	mr = calloc(1, sizeof(*mr));
 	if (!mr)
 		return sv_fail_null(ENOMEM, verb, "out of memory");
@@ -215,7 +238,7 @@ struct ibv_mr *sv_mr_new(struct ibv_pd *pd, void *addr, size_t length, uint64_t 
 		free(mr);
 		return sv_fail_null(ENOMEM, verb, "out of memory");
 	}
-	atomic_fetch_add(&mr->pd->users, 1);
+	sv_pd_users_add(mr->pd, 1);
 	if (dm)
 		atomic_fetch_add(&dm->users, 1);
 	if (access & IBV_ACCESS_ON_DEMAND)
@@ -244,14 +267,33 @@ SV_EXPORT struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, s
 	return sv_fail_null(EOPNOTSUPP, "ibv_reg_dmabuf_mr", "dma-buf memory is not supported yet");
 }
 
+/* An MR imported from another process's context: ibv_dereg_mr destroys
+ * it for every process (the key revoked in the home's table, as the
+ * home's own dereg would: holders drained first), closing the context
+ * only drops this handle.  The home's slot stays its owner's until the
+ * owner deregisters or closes. */
+static void foreign_free(struct sv_mr *mr, bool destroy)
+{
+	if (destroy)
+		sv_key_revoke_if(sv_ctx(mr->ibmr.context)->home,
+				 &shm_mrs(sv_ctx(mr->ibmr.context)->home)[mr->ibmr.lkey >> 8],
+				 mr->ibmr.lkey);
+	atomic_fetch_sub(&mr->pd->users, 1);
+	free(mr);
+}
+
 static void mr_free(void *obj)
 {
 	struct sv_mr *mr = obj;
 
+	if (mr->foreign) {
+		foreign_free(mr, false);
+		return;
+	}
 	/* The key dies first: from here no new access can resolve it. */
 	mr_revoke(mr);
 	sv_keytab_free(&sv_ctx(mr->ibmr.context)->mrs, mr->ibmr.lkey);
-	atomic_fetch_sub(&mr->pd->users, 1);
+	sv_pd_users_add(mr->pd, -1);
 	if (mr->dm)
 		atomic_fetch_sub(&mr->dm->users, 1);
 	if (mr->access & IBV_ACCESS_ON_DEMAND)
@@ -266,7 +308,10 @@ SV_EXPORT int ibv_dereg_mr(struct ibv_mr *ibmr)
 	if (!sv_obj_del(ibmr, SV_OBJ_MR))
 		return sv_fail(EINVAL, "ibv_dereg_mr", "MR %p is not registered "
 			       "(deregistered already?)", (void *)ibmr);
-	mr_free(sv_mr(ibmr));
+	if (sv_mr(ibmr)->foreign)
+		foreign_free(sv_mr(ibmr), true);
+	else
+		mr_free(sv_mr(ibmr));
 	return 0;
 }
 
@@ -286,6 +331,10 @@ SV_EXPORT int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd, vo
 
 	if (!sv_obj_live(ibmr, SV_OBJ_MR))
 		return sv_fail(EINVAL, verb, "MR %p is not registered", (void *)ibmr), REREG_ERR_INPUT;
+	if (mr->foreign)
+		return sv_fail(EOPNOTSUPP, verb, "MR key 0x%x was imported from pid %d; "
+			       "reregister it there", ibmr->lkey,
+			       (int)sv_ctx(ibmr->context)->home->pid), REREG_ERR_INPUT;
 	if (mr->dm)
 		return sv_fail(EINVAL, verb, "MR key 0x%x is on device memory; register it anew "
 			       "with ibv_reg_dm_mr instead", ibmr->lkey), REREG_ERR_INPUT;
@@ -305,9 +354,9 @@ SV_EXPORT int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd, vo
 	 * key revoked meanwhile so that no peer sees half of them. */
 	mr_revoke(mr);
 	if (flags & IBV_REREG_MR_CHANGE_PD) {
-		atomic_fetch_sub(&mr->pd->users, 1);
+		sv_pd_users_add(mr->pd, -1);
 		mr->pd = sv_pd(pd);
-		atomic_fetch_add(&mr->pd->users, 1);
+		sv_pd_users_add(mr->pd, 1);
 		ibmr->pd = pd;
 	}
 	if (flags & IBV_REREG_MR_CHANGE_ACCESS) {
@@ -353,20 +402,58 @@ int sv_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32_t f
 	return 0;
 }
 
-/* As ibv_import_pd: the MR itself, found by its handle (its key). */
+/* The home's MR behind handle, for a context imported from another
+ * process: a registered MR (not a window) of that PD.  The imported MR
+ * has the home's keys, and no address, as rdma-core's (ibv_import_mr(3):
+ * addr "is not applicable"). */
+static struct ibv_mr *import_foreign(struct ibv_pd *pd, uint32_t handle)
+{
+	const char *verb = "ibv_import_mr";
+	struct shm_hdr *h = sv_ctx(pd->context)->home;
+	uint32_t idx = handle >> 8;
+	const struct shm_mr *e = idx && idx < h->n_mrs ? &shm_mrs(h)[idx] : NULL;
+
+	/* Pairs with the release store of the key in mr_publish(). */
+	if (!e || atomic_load_explicit(&e->key, memory_order_acquire) != handle ||
+	    e->kind != SHM_KIND_MR || e->pd != sv_pd_base(sv_pd(pd))->ibpd.handle)
+		return sv_fail_null(EINVAL, verb, "handle %u names no MR of this PD in pid %d",
+				    handle, (int)h->pid);
+	struct sv_mr *mr = calloc(1, sizeof(*mr));
+	if (!mr || sv_obj_add(mr, SV_OBJ_MR, pd->context)) {
+		free(mr);
+		return sv_fail_null(ENOMEM, verb, "out of memory");
+	}
+	mr->ibmr.context = pd->context;
+	mr->ibmr.pd = pd;
+	mr->ibmr.length = e->length;
+	mr->ibmr.handle = mr->ibmr.lkey = mr->ibmr.rkey = handle;
+	mr->pd = sv_pd(pd);
+	mr->access = (int)e->access;
+	mr->iova = e->iova;
+	mr->foreign = true;
+	atomic_fetch_add(&mr->pd->users, 1);
+	return &mr->ibmr;
+}
+
+/* As ibv_import_pd: within a process, the MR itself, found by its handle
+ * (its key); from another process's context, a handle on the home's. */
 SV_EXPORT struct ibv_mr *ibv_import_mr(struct ibv_pd *pd, uint32_t handle)
 {
 	const char *verb = "ibv_import_mr";
 
 	if (!sv_pd_of(pd, NULL, verb))
 		return NULL;
+	if (sv_ctx(pd->context)->home)
+		return import_foreign(pd, handle);
 	struct sv_mr *mr = sv_keytab_lookup(&sv_ctx(pd->context)->mrs, handle, SHM_KIND_MR);
 	if (!mr || sv_pd_base(mr->pd) != sv_pd_base(sv_pd(pd)))
 		return sv_fail_null(EINVAL, verb, "handle %u names no MR of this PD", handle);
 	return &mr->ibmr;
 }
 
-SV_EXPORT void ibv_unimport_mr(struct ibv_mr *mr)
+SV_EXPORT void ibv_unimport_mr(struct ibv_mr *ibmr)
 {
-	(void)mr;
+	if (ibmr && sv_obj_live(ibmr, SV_OBJ_MR) && sv_mr(ibmr)->foreign &&
+	    sv_obj_del(ibmr, SV_OBJ_MR))
+		foreign_free(sv_mr(ibmr), false);
 }

@@ -28,6 +28,8 @@ struct ibv_mw *sv_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
 	if (type != IBV_MW_TYPE_1 && type != IBV_MW_TYPE_2)
 		return sv_fail_null(EINVAL, verb, "type %d: a window is IBV_MW_TYPE_1 or "
 				    "IBV_MW_TYPE_2", (int)type);
+	if (!sv_keys_own(pd->context, verb))
+		return NULL;
 	c = sv_ctx(pd->context);
 	mw = calloc(1, sizeof(*mw));
 	if (!mw)
@@ -50,7 +52,7 @@ struct ibv_mw *sv_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
 	mw->ibmw.type = type;
 	mw->key = key;
 	mw->pd = sv_pd(pd);
-	atomic_fetch_add(&mw->pd->users, 1);
+	sv_pd_users_add(mw->pd, 1);
 	/* Unbound: no key published, so its rkey grants nothing yet. */
 	struct shm_mr *e = sv_key_entry(pd->context, key);
 	e->kind = kind;
@@ -68,7 +70,7 @@ static void mw_free(void *obj)
 	if (cur)
 		sv_key_revoke(c->seg.h, e, cur);
 	sv_keytab_free(&c->mrs, mw->key);
-	atomic_fetch_sub(&mw->pd->users, 1);
+	sv_pd_users_add(mw->pd, -1);
 	free(mw);
 }
 

@@ -208,7 +208,7 @@ static int qp_alloc_queues(struct sv_context *c, struct sv_qp *qp,
 static void qp_hold(struct sv_qp *qp, int d)
 {
 	if (qp->pd)
-		atomic_fetch_add(&qp->pd->users, (unsigned)d);
+		sv_pd_users_add(qp->pd, d);
 	if (qp->scq)
 		atomic_fetch_add(&qp->scq->users, (unsigned)d);
 	if (qp->rcq)

@@ -151,7 +151,7 @@ struct ibv_srq *sv_create_srq_ex(struct ibv_context *ctx, struct ibv_srq_init_at
 	srq->pd = sv_pd(a->pd);
 	srq->attr.max_wr = a->attr.max_wr;
 	srq->attr.max_sge = a->attr.max_sge;
-	atomic_fetch_add(&srq->pd->users, 1);
+	sv_pd_users_add(srq->pd, 1);
 	pthread_mutex_lock(&c->lock);
 	srq->next = c->srqs;
 	c->srqs = srq;
@@ -315,7 +315,7 @@ static void srq_free(struct sv_srq *srq)
 	if (srq->wq->wqe_off != sv_seg_wq_slots(srq->wq_off))
 		sv_seg_free(&c->seg, srq->wq->wqe_off, (uint64_t)srq->wq->size * srq->wq->stride);
 	sv_seg_free(&c->seg, srq->wq_off, srq->wq_bytes);
-	atomic_fetch_sub(&srq->pd->users, 1);
+	sv_pd_users_add(srq->pd, -1);
 	atomic_fetch_sub(&sv_ctx(srq->ibsrq.context)->nsrq, 1);
 	pthread_cond_destroy(&srq->ibsrq.cond);
 	pthread_mutex_destroy(&srq->ibsrq.mutex);

@@ -58,7 +58,7 @@ struct ibv_wq *sv_create_wq(struct ibv_context *ctx, struct ibv_wq_init_attr *a)
 	wq->ctx = c;
 	wq->pd = sv_pd(a->pd);
 	wq->cq = sv_cq(a->cq);
-	atomic_fetch_add(&wq->pd->users, 1);
+	sv_pd_users_add(wq->pd, 1);
 	atomic_fetch_add(&wq->cq->users, 1);
 	struct ibv_wq *ib = &wq->ibwq;
 	ib->context = ctx;
@@ -123,7 +123,7 @@ void sv_wq_free(void *obj)
 
 	atomic_store(&wq->sh->wq_state, IBV_WQS_RESET);
 	sv_seg_free(&wq->ctx->seg, wq->sh_off, sv_seg_wq_bytes(wq->sh));
-	atomic_fetch_sub(&wq->pd->users, 1);
+	sv_pd_users_add(wq->pd, -1);
 	atomic_fetch_sub(&wq->cq->users, 1);
 	pthread_cond_destroy(&wq->ibwq.cond);
 	pthread_mutex_destroy(&wq->ibwq.mutex);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -90,6 +91,9 @@ static uint64_t shm_layout(struct shm_hdr *h)
 	off = align_up(off + (uint64_t)h->n_mrs * sizeof(struct shm_mr));
 	h->off_mr_users = off;
 	off = align_up(off + (uint64_t)h->n_mrs * sizeof(struct shm_mr_users));
+	h->n_pds = SV_MAX_PD;
+	h->off_pds = off;
+	off = align_up(off + (uint64_t)h->n_pds * sizeof(struct shm_pd));
 	h->n_qps = SV_HOST_MAX_QP;
 	h->off_qps = off;
 	off = align_up(off + (uint64_t)h->n_qps * sizeof(uint64_t));
@@ -103,7 +107,7 @@ static uint64_t shm_layout(struct shm_hdr *h)
 	return h->heap_off;
 }
 
-int sv_seg_create(struct sv_seg *s, uint32_t ep)
+int sv_seg_create(struct sv_seg *s, uint32_t ep, uint32_t dev_index)
 {
 	char name[128];
 	int fd, ret;
@@ -131,6 +135,8 @@ int sv_seg_create(struct sv_seg *s, uint32_t ep)
 	h->size = SHM_SEG_SIZE;
 	h->pid = sv_pid();
 	h->ep = ep;
+	h->start_time = sv_proc_start_time(h->pid);
+	h->dev_index = dev_index;
 	s->heap_end = shm_layout(h);
 	sv_shm_mutex_init(&h->atomic_lock);
 	sv_shm_mutex_init(&((struct shm_bounce *)shm_at(h, h->bounce_off))->lock);
@@ -435,6 +441,36 @@ struct shm_hdr *sv_seg_peer(uint32_t ep, int32_t pid, uint64_t start_time)
 	peers[npeers++] = (struct peer){ ep, pid, start_time, h };
 	pthread_mutex_unlock(&peers_lock);
 	return h;
+}
+
+/* Another process's segment, by its file (a command fd it passed us);
+ * NULL with errno EINVAL when fd is no published softverbs segment. */
+struct shm_hdr *sv_seg_map_fd(int fd)
+{
+	struct stat st;
+
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != SHM_SEG_SIZE) {
+		errno = EINVAL;
+		return NULL;
+	}
+	struct shm_hdr *h = mmap(NULL, SHM_SEG_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (h == MAP_FAILED) {
+		errno = EINVAL;
+		return NULL;
+	}
+	/* Pairs with the release store of `ready` in sv_seg_create(). */
+	if (!atomic_load_explicit(&h->ready, memory_order_acquire) || h->magic != SHM_MAGIC ||
+	    h->version != SHM_VERSION) {
+		munmap(h, SHM_SEG_SIZE);
+		errno = EINVAL;
+		return NULL;
+	}
+	return h;
+}
+
+void sv_seg_unmap(struct shm_hdr *h)
+{
+	munmap(h, SHM_SEG_SIZE);
 }
 
 struct shm_qp *sv_seg_qp(const struct shm_hdr *h, uint32_t qpn)

@@ -4,7 +4,7 @@
  * transport.  Every field is a fixed-size type at a fixed offset; peers
  * locate objects by offsets from the segment base, never by pointers.
  *
- *   header | MR table | MR holders | QPN directory | bounce | heap
+ *   header | MR table | MR holders | PD table | QPN directory | bounce | heap
  *
  * The owner creates and lays out the segment (shm_layout()), then stores
  * `ready` last with release; a peer maps it, loads `ready` with acquire and
@@ -37,7 +37,7 @@
 #include <stdint.h>
 
 #define SHM_MAGIC	0x4d485653u	/* "SVHM" */
-#define SHM_VERSION	4u
+#define SHM_VERSION	5u
 #define SHM_SEG_SIZE	(256ull << 20)	/* sparse: only touched pages cost memory */
 #define SHM_ALIGN	64u
 
@@ -284,11 +284,41 @@ struct shm_bounce {
 	uint64_t data_off;		/* segment offset of the chunk */
 };
 
+/*
+ * A protection domain's slot (the context's PD handles).  Any process
+ * whose context shares this segment's keys allocates here: the owner, and
+ * a context imported from it (ibv_import_device), so a handle names one
+ * PD in every process.  `handle` is gen << 16 | index, 0 when free; a
+ * claim is a compare-and-swap from 0, a release stores `last` and then
+ * handle 0.  `users` counts what lies in the PD (MRs, QPs, SRQs, AHs,
+ * windows, WQs, parent domains) in every process, so that deallocation
+ * in any of them sees EBUSY as the kernel's shared object would.
+ */
+struct shm_pd {
+	_Atomic uint32_t handle;
+	uint32_t last;
+	_Atomic uint32_t users;
+	uint32_t pad;
+};
+
 struct shm_hdr {
 	uint32_t magic, version;
 	uint64_t size;
 	int32_t pid;
 	uint32_t ep;
+	uint64_t start_time;		/* the owner's (registry.c), with pid and ep */
+	uint32_t dev_index;
+	uint32_t pad2;
+	/* A context imported from another process's context (its "home"):
+	 * the home's segment holds the keys and PDs of this one, and every
+	 * MR this context's QPs use is the home's, in the home process's
+	 * memory.  home_pid 0: this segment's own keys. */
+	int32_t home_pid;
+	uint32_t home_ep;
+	uint64_t home_start;
+	uint64_t off_pds;		/* struct shm_pd[n_pds] */
+	uint32_t n_pds;
+	uint32_t pad1;
 	uint64_t off_mrs;
 	uint64_t off_mr_users;		/* struct shm_mr_users[n_mrs] */
 	uint32_t n_mrs;
@@ -317,6 +347,11 @@ static inline _Atomic uint32_t *shm_mr_users(const struct shm_hdr *h, const stru
 	struct shm_mr_users *u = shm_at(h, h->off_mr_users);
 
 	return &u[m - shm_mrs(h)].n;
+}
+
+static inline struct shm_pd *shm_pds(const struct shm_hdr *h)
+{
+	return shm_at(h, h->off_pds);
 }
 
 static inline _Atomic uint64_t *shm_qp_dir(const struct shm_hdr *h)

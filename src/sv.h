@@ -83,6 +83,8 @@ void sv_log(enum sv_log_level lvl, const char *fmt, ...) SV_PRINTF(2, 3);
  * returns err.  The message names the object, the cause and the fix. */
 int sv_fail(int err, const char *verb, const char *fmt, ...) SV_PRINTF(3, 4);
 void *sv_fail_null(int err, const char *verb, const char *fmt, ...) SV_PRINTF(3, 4);
+#define SV_FAILURE_LEN 200
+const char *sv_last_failure(void);	/* the text of this thread's last sv_fail */
 /* An explain line about something other than a verb's return (an error
  * completion, say); errno is left alone. */
 void sv_explain(const char *what, const char *fmt, ...) SV_PRINTF(2, 3);
@@ -494,7 +496,11 @@ struct sv_qp {
 	struct sv_cq *scq, *rcq;	/* NULL where the type has no such queue */
 	struct sv_srq *srq;
 	struct sv_xrcd *xrcd;		/* XRC_RECV */
-	atomic_uint opens;		/* XRC_RECV: handles from ibv_open_qp */
+	atomic_uint opens;		/* XRC_RECV: handles from ibv_open_qp, here and elsewhere */
+	/* A handle from ibv_open_qp on another process's XRC target QP: that
+	 * QP's segment, whose owner runs every verb on it (owner.c); sh is
+	 * its block there.  NULL for this process's QPs. */
+	struct shm_hdr *owner;
 	atomic_uint flows;		/* raw packet: its flow rules (verbs/flow.c) */
 	struct sv_rwq_ind *ind;		/* raw packet with RSS: its indirection table */
 	uint64_t rss_off, rss_bytes;
@@ -700,7 +706,11 @@ struct ibv_pd *sv_alloc_parent_domain(struct ibv_context *ctx,
 /* Queue memory from a parent domain's allocator, or calloc. */
 /* Count an object in or out of a PD, here and in its shared slot. */
 void sv_pd_users_add(struct sv_pd *pd, int d);
-void sv_pd_release(void *pd);	/* a context's close: its handle, and what it allocated */
+void sv_pd_release(void *pd);
+/* transport/shm/owner.c and its verbs (verbs/qp.c) */
+int sv_owner_call(struct shm_hdr *t, struct shm_owner_req *r);
+void sv_owner_serve(struct sv_context *c);
+void sv_qp_serve(struct sv_context *c, struct shm_owner_req *r);	/* a context's close: its handle, and what it allocated */
 /* Verbs that write the key table need it to be this process's. */
 bool sv_keys_own(struct ibv_context *ctx, const char *verb);
 void *sv_pd_alloc(struct sv_pd *pd, size_t size, size_t align, bool *from_app);

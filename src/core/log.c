@@ -86,12 +86,31 @@ void sv_explain(const char *what, const char *fmt, ...)
 	errno = saved;
 }
 
+/* The calling thread's last failure, for a verb run on another process's
+ * behalf (owner.c) to send its explanation back. */
+static __thread char last_failure[SV_FAILURE_LEN];
+
+const char *sv_last_failure(void)
+{
+	return last_failure;
+}
+
+static void fail(int err, const char *verb, const char *fmt, va_list ap)
+{
+	va_list copy;
+
+	va_copy(copy, ap);
+	vsnprintf(last_failure, sizeof(last_failure), fmt, copy);
+	va_end(copy);
+	explain(err, verb, fmt, ap);
+}
+
 int sv_fail(int err, const char *verb, const char *fmt, ...)
 {
 	va_list ap;
 
 	va_start(ap, fmt);
-	explain(err, verb, fmt, ap);
+	fail(err, verb, fmt, ap);
 	va_end(ap);
 	errno = err;
 	return err;
@@ -102,7 +121,7 @@ void *sv_fail_null(int err, const char *verb, const char *fmt, ...)
 	va_list ap;
 
 	va_start(ap, fmt);
-	explain(err, verb, fmt, ap);
+	fail(err, verb, fmt, ap);
 	va_end(ap);
 	errno = err;
 	return NULL;

@@ -62,6 +62,7 @@ static void *progress_main(void *arg)
 		uint64_t next = UINT64_MAX;
 		/* Copies a peer bounces through us come first: the peer waits. */
 		sv_bounce_serve(h);
+		sv_owner_serve(c);
 		deliver(c, &next);
 		struct timespec ts, *tp = NULL;
 		if (next != UINT64_MAX) {

@@ -306,7 +306,8 @@ static bool pd_match(const void *obj, const void *arg)
  * ibv_unimport_pd(3) says.  A context imported from another process gets
  * its own handle on the home's PD slot: deallocating it destroys the PD
  * for every process (EBUSY while anything lies in it anywhere),
- * unimporting frees only the handle.
+ * unimporting frees only the handle.  The home imports a PD an importer
+ * allocated the same way.
  */
 SV_EXPORT struct ibv_pd *ibv_import_pd(struct ibv_context *ctx, uint32_t handle)
 {
@@ -321,7 +322,7 @@ SV_EXPORT struct ibv_pd *ibv_import_pd(struct ibv_context *ctx, uint32_t handle)
 		return &pd->ibpd;
 	struct shm_hdr *h = sv_keys(c);
 	struct shm_pd *slot = &shm_pds(h)[handle & 0xffff];
-	if (!c->home || (handle & 0xffff) >= h->n_pds || !handle || !slot_live(slot, handle))
+	if ((handle & 0xffff) >= h->n_pds || !handle || !slot_live(slot, handle))
 		return sv_fail_null(EINVAL, verb, "handle %u names no PD of this context", handle);
 	pd = pd_new(ctx, handle, slot);
 	if (!pd)

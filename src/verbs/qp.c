@@ -587,6 +587,32 @@ void sv_qp_sync(struct sv_qp *qp)
 		sv_async_event(qp->ex.qp_base.context, &qp->ex.qp_base, (enum ibv_event_type)(e - 2));
 }
 
+/* A verb on another process's QP, run by its owner; its failure is
+ * explained here with the owner's words. */
+static int owner_call(struct sv_qp *qp, struct shm_owner_req *r, const char *verb)
+{
+	int ret = sv_owner_call(qp->owner, r);
+
+	if (ret)
+		return sv_fail(ret, verb, "qpn 0x%x: its owner, pid %d, has closed its context or "
+			       "exited", r->qpn, (int)qp->owner->pid);
+	if (r->status)
+		return sv_fail(r->status, verb, "qpn 0x%x (in pid %d): %s", r->qpn,
+			       (int)qp->owner->pid, r->why);
+	return 0;
+}
+
+static void foreign_close(struct sv_qp *qp)
+{
+	struct shm_owner_req r = { .op = SHM_OWNER_CLOSE_QP, .qpn = qp->ex.qp_base.qp_num };
+
+	/* An owner that is gone took the QP with it. */
+	sv_owner_call(qp->owner, &r);
+	pthread_cond_destroy(&qp->ex.qp_base.cond);
+	pthread_mutex_destroy(&qp->ex.qp_base.mutex);
+	free(qp);
+}
+
 SV_EXPORT int ibv_modify_qp(struct ibv_qp *ib, struct ibv_qp_attr *attr, int mask)
 {
 	struct sv_qp *qp = sv_qp(ib);
@@ -599,6 +625,14 @@ SV_EXPORT int ibv_modify_qp(struct ibv_qp *ib, struct ibv_qp_attr *attr, int mas
 		return sv_fail(EINVAL, "ibv_modify_qp", "QP %p is not live", (void *)ib);
 	if (!attr)
 		return sv_fail(EINVAL, "ibv_modify_qp", "attr is NULL");
+	if (qp->owner) {
+		struct shm_owner_req r = { .op = SHM_OWNER_MODIFY_QP, .qpn = ib->qp_num,
+					   .mask = mask, .attr = *attr };
+		ret = owner_call(qp, &r, "ibv_modify_qp");
+		if (!ret && (mask & IBV_QP_STATE))
+			ib->state = attr->qp_state;
+		return ret;
+	}
 	sv_qp_sync(qp);
 	pthread_mutex_lock(&qp->lock);
 	enum ibv_qp_state cur = ib->state;
@@ -642,6 +676,19 @@ SV_EXPORT int ibv_query_qp(struct ibv_qp *ib, struct ibv_qp_attr *attr, int mask
 		return sv_fail(EINVAL, "ibv_query_qp", "QP %p is not live", (void *)ib);
 	if (!attr || !init)
 		return sv_fail(EINVAL, "ibv_query_qp", "attr and init_attr are needed");
+	if (qp->owner) {
+		struct shm_owner_req r = { .op = SHM_OWNER_QUERY_QP, .qpn = ib->qp_num, .mask = mask };
+		int ret = owner_call(qp, &r, "ibv_query_qp");
+		if (ret)
+			return ret;
+		*attr = r.attr;
+		ib->state = attr->qp_state;
+		memset(init, 0, sizeof(*init));
+		init->qp_context = ib->qp_context;
+		init->cap = r.cap;
+		init->qp_type = ib->qp_type;
+		return 0;
+	}
 	(void)mask;	/* every attribute is cheap: all are returned */
 	sv_qp_sync(qp);
 	pthread_mutex_lock(&qp->lock);
@@ -713,8 +760,12 @@ static void qp_free(struct sv_qp *qp)
 
 void sv_qp_release(struct sv_qp *qp)
 {
-	if (sv_obj_del(qp, SV_OBJ_QP))
-		qp_free(qp);
+	if (sv_obj_del(qp, SV_OBJ_QP)) {
+		if (qp->owner)
+			foreign_close(qp);
+		else
+			qp_free(qp);
+	}
 }
 
 struct open_key {
@@ -732,12 +783,100 @@ static bool xtgt_match(const void *obj, const void *arg)
 }
 
 /*
- * ibv_open_qp: another handle on an XRC target QP of the same domain.  As
- * with imports, the handle is the QP itself; each open adds a reference
- * and ibv_destroy_qp drops one, the QP going with the last (the kernel's
- * shared XRC target QPs behave the same).  The opener's qp_context is not
- * kept: the creator's stays.  An XRC target QP of another process cannot
- * be opened: only its owner writes its shared block.
+ * Another process's XRC target QP: a handle here whose verbs its owner
+ * runs (modify, query; destroy drops the owner's count).  The QP lives
+ * while its creating context is open; the kernel's outlives the creator
+ * while any handle is open, which a QP whose queues and state live in its
+ * creator's memory cannot.
+ */
+static struct ibv_qp *open_foreign(struct ibv_context *ctx, struct ibv_qp_open_attr *a,
+				   const struct sv_reg_ep_info *ep)
+{
+	const char *verb = "ibv_open_qp";
+	struct shm_hdr *h = sv_seg_peer(ep->index, ep->pid, ep->start_time);
+	struct shm_qp *sh = h ? sv_seg_qp(h, a->qp_num) : NULL;
+	uint64_t xrcd = sv_xrcd(a->xrcd)->id;
+
+	if (!sh || sh->type != IBV_QPT_XRC_RECV || sh->xrcd != xrcd)
+		return sv_fail_null(EINVAL, verb, "qpn 0x%x is no XRC_RECV QP of this domain",
+				    a->qp_num);
+	struct sv_qp *qp = calloc(1, sizeof(*qp));
+	if (!qp)
+		return sv_fail_null(ENOMEM, verb, "out of memory");
+	qp->owner = h;
+	qp->sh = sh;
+	struct shm_owner_req r = { .op = SHM_OWNER_OPEN_QP, .qpn = a->qp_num, .xrcd = xrcd };
+	if (owner_call(qp, &r, verb)) {
+		free(qp);
+		return NULL;
+	}
+	struct ibv_qp *ib = &qp->ex.qp_base;
+	ib->context = ctx;
+	ib->qp_num = a->qp_num;
+	ib->qp_type = IBV_QPT_XRC_RECV;
+	ib->state = (enum ibv_qp_state)atomic_load_explicit(&sh->state, memory_order_relaxed);
+	ib->qp_context = a->comp_mask & IBV_QP_OPEN_ATTR_CONTEXT ? a->qp_context : NULL;
+	qp->ctx = sv_ctx(ctx);
+	pthread_mutex_init(&ib->mutex, NULL);
+	pthread_cond_init(&ib->cond, NULL);
+	if (sv_obj_add(qp, SV_OBJ_QP, ctx)) {
+		r.op = SHM_OWNER_CLOSE_QP;
+		sv_owner_call(h, &r);
+		free(qp);
+		return sv_fail_null(ENOMEM, verb, "out of memory");
+	}
+	return ib;
+}
+
+/* The owner's side of owner_call(): this context's QP numbered r->qpn. */
+void sv_qp_serve(struct sv_context *c, struct shm_owner_req *r)
+{
+	struct sv_qp *qp;
+
+	pthread_mutex_lock(&c->lock);
+	for (qp = c->qps; qp; qp = qp->next)
+		if (qp->ex.qp_base.qp_num == r->qpn && qp->ex.qp_base.qp_type == IBV_QPT_XRC_RECV)
+			break;
+	pthread_mutex_unlock(&c->lock);
+	if (!qp || !sv_obj_live(qp, SV_OBJ_QP) ||
+	    (r->op == SHM_OWNER_OPEN_QP && (!qp->xrcd || qp->xrcd->id != r->xrcd))) {
+		r->status = EINVAL;
+		snprintf(r->why, sizeof(r->why), "no XRC_RECV QP of this domain has that number");
+		return;
+	}
+	struct ibv_qp *ib = &qp->ex.qp_base;
+	struct ibv_qp_init_attr init;
+	switch (r->op) {
+	case SHM_OWNER_OPEN_QP:
+		atomic_fetch_add(&qp->opens, 1);
+		return;
+	case SHM_OWNER_CLOSE_QP:
+		/* As any handle's destroy: the QP goes with the last. */
+		r->status = ibv_destroy_qp(ib);
+		break;
+	case SHM_OWNER_MODIFY_QP:
+		r->status = ibv_modify_qp(ib, &r->attr, r->mask);
+		break;
+	case SHM_OWNER_QUERY_QP:
+		r->status = ibv_query_qp(ib, &r->attr, r->mask, &init);
+		r->cap = init.cap;
+		break;
+	default:
+		r->status = EINVAL;
+		snprintf(r->why, sizeof(r->why), "unknown request %u", r->op);
+		return;
+	}
+	if (r->status)
+		snprintf(r->why, sizeof(r->why), "%s", sv_last_failure());
+}
+
+/*
+ * ibv_open_qp: another handle on an XRC target QP of the same domain.
+ * Within a process, as with imports, the handle is the QP itself; each
+ * open adds a reference and ibv_destroy_qp drops one, the QP going with
+ * the last (the kernel's shared XRC target QPs behave the same).  The
+ * opener's qp_context is not kept: the creator's stays.  Another
+ * process's QP gets a handle of its own (open_foreign).
  */
 struct ibv_qp *sv_open_qp(struct ibv_context *ctx, struct ibv_qp_open_attr *a)
 {
@@ -761,8 +900,7 @@ struct ibv_qp *sv_open_qp(struct ibv_context *ctx, struct ibv_qp_open_attr *a)
 	}
 	struct sv_reg_ep_info ep;
 	if (!sv_reg_qpn_owner(a->qp_num, &ep) && ep.pid != sv_pid())
-		return sv_fail_null(EOPNOTSUPP, verb, "qpn 0x%x belongs to pid %d; opening another "
-				    "process's XRC target QP is not supported", a->qp_num, (int)ep.pid);
+		return open_foreign(ctx, a, &ep);
 	return sv_fail_null(EINVAL, verb, "qpn 0x%x is no XRC_RECV QP of this domain", a->qp_num);
 }
 
@@ -770,6 +908,10 @@ SV_EXPORT int ibv_destroy_qp(struct ibv_qp *ib)
 {
 	struct sv_qp *qp = sv_qp(ib);
 
+	if (sv_obj_live(ib, SV_OBJ_QP) && qp->owner && sv_obj_del(ib, SV_OBJ_QP)) {
+		foreign_close(qp);
+		return 0;
+	}
 	/* A handle from ibv_open_qp: drop its reference only. */
 	if (sv_obj_live(ib, SV_OBJ_QP)) {
 		unsigned o = atomic_load(&qp->opens);

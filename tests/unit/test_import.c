@@ -113,6 +113,7 @@ static void test_import_objects(void **state)
 struct home_info {
 	uint32_t pd, mr, other_mr, dm;
 	uint64_t addr;
+	uint32_t importer_pd;	/* back to the home: a PD the importer allocated */
 };
 
 static void send_fd(int sock, int fd, const struct home_info *h)
@@ -235,8 +236,15 @@ static int importer(int sock)
 	if (post(&p, IBV_WR_SEND, p.buf + 1280, 32, p.mr->lkey, 0, 0, 0x32, IBV_SEND_SIGNALED) ||
 	    !wc_ok(p.cq, 0x32) || !wc_ok(bend.cq, 0x31))
 		return 15;
-	if (write(sock, "c", 1) != 1 || read(sock, &ok, 1) != 1 || ok != 'y')
-		return 16;	/* the home found the bytes */
+	/* A PD allocated here is one of the home's too. */
+	struct ibv_pd *mine_pd = ibv_alloc_pd(b);
+	if (!mine_pd)
+		return 16;
+	h.importer_pd = mine_pd->handle;
+	if (write(sock, &h, sizeof(h)) != sizeof(h) || read(sock, &ok, 1) != 1 || ok != 'y')
+		return 16;	/* the home found the bytes, and the PD */
+	if (ibv_dealloc_pd(mine_pd))
+		return 16;
 
 	/* The PD has the home's MR and this process's QP: busy everywhere. */
 	errno = 0;
@@ -288,11 +296,11 @@ static void test_import_across_processes(void **state)
 	uint64_t v = 0x5eed;
 	assert_int_equal(ibv_memcpy_to_dm(dm, 0, &v, 8), 0);
 	struct home_info h = { a.pd->handle, a.mr->handle, other->handle, dm->handle,
-			       (uintptr_t)a.buf };
+			       (uintptr_t)a.buf, 0 };
 	send_fd(sv[0], a.ctx->cmd_fd, &h);
 
 	/* A failed importer closes its end: its exit status names the step. */
-	if (read(sv[0], &c, 1) != 1)
+	if (read(sv[0], &h, sizeof(h)) != sizeof(h))
 		assert_child_ok(pid, "importer");
 	assert_string_equal(a.buf + 1024, "written through the import");
 	assert_string_equal(a.buf + 2048, "read into the home");
@@ -300,6 +308,10 @@ static void test_import_across_processes(void **state)
 	assert_int_equal(*(uint64_t *)(a.buf + 4096), 41);
 	assert_int_equal(ibv_memcpy_from_dm(&v, dm, 8, 8), 0);
 	assert_int_equal(v, 0xfeed);
+	struct ibv_pd *ipd = ibv_import_pd(a.ctx, h.importer_pd);
+	assert_non_null(ipd);
+	assert_int_equal(ipd->handle, h.importer_pd);
+	ibv_unimport_pd(ipd);
 	assert_int_equal(write(sv[0], "y", 1), 1);
 	if (read(sv[0], &c, 1) != 1)
 		assert_child_ok(pid, "importer");

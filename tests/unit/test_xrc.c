@@ -325,6 +325,165 @@ static void test_xrc_objects(void **state)
 	unlink(path);
 }
 
+/* ---- an XRC target QP opened from another process ---- */
+
+struct tgt_info {
+	uint32_t qpn, srqn;
+	struct ibv_port_attr port;
+	union ibv_gid gid;
+	char path[64];
+};
+
+static bool xwait(struct ibv_cq *cq, enum ibv_wc_status want)
+{
+	struct ibv_wc wc = poll_one(cq);
+	return wc.status == want;
+}
+
+/*
+ * The opener: its own context and XRC_SEND QP; the creator's target QP,
+ * opened by number in the same domain (the same file), configured from
+ * here and sent to.  Returns 0 or the step that failed.
+ */
+static int opener(int up, int down)
+{
+	struct tgt_info t;
+	char go;
+
+	if (read(down, &t, sizeof(t)) != sizeof(t))
+		return 1;
+	struct xside me;
+	xside_open(&me);
+	int fd = open(t.path, O_RDONLY);
+	struct ibv_xrcd *x = open_xrcd(me.ctx, fd, 0);
+	if (!x)
+		return 2;
+	struct ibv_qp_open_attr oa = { .comp_mask = IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_XRCD |
+				       IBV_QP_OPEN_ATTR_TYPE, .qp_num = t.qpn, .xrcd = x,
+				       .qp_type = IBV_QPT_XRC_RECV };
+	struct ibv_qp *tq = ibv_open_qp(me.ctx, &oa);
+	if (!tq || tq->qp_num != t.qpn || tq->context != me.ctx || tq->qp_type != IBV_QPT_XRC_RECV)
+		return 3;
+	/* Another domain's view of the number is no QP. */
+	oa.xrcd = me.xrcd;
+	errno = 0;
+	if (ibv_open_qp(me.ctx, &oa) || errno != EINVAL)
+		return 4;
+	struct ibv_qp_attr qa;
+	struct ibv_qp_init_attr qia;
+	if (ibv_query_qp(tq, &qa, IBV_QP_STATE, &qia) || qa.qp_state != IBV_QPS_RESET ||
+	    qia.qp_type != IBV_QPT_XRC_RECV)
+		return 5;
+	/* The owner checks the transition: RESET -> RTR skips INIT. */
+	struct ibv_qp_attr bad = { .qp_state = IBV_QPS_RTR };
+	if (ibv_modify_qp(tq, &bad, IBV_QP_STATE) != EINVAL)
+		return 6;
+	struct xside creator = { .port = t.port, .gid = t.gid };
+	to_rtr(tq, &me, me.send->qp_num, true);
+	to_rtr(me.send, &creator, t.qpn, false);
+	struct ibv_qp_attr r = { .qp_state = IBV_QPS_RTS, .timeout = 14, .retry_cnt = 7,
+				 .rnr_retry = 7, .max_rd_atomic = 1 };
+	if (ibv_modify_qp(me.send, &r, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_SQ_PSN |
+			  IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC))
+		return 7;
+	if (ibv_query_qp(tq, &qa, IBV_QP_STATE, &qia) || qa.qp_state != IBV_QPS_RTR ||
+	    qa.dest_qp_num != me.send->qp_num || tq->state != IBV_QPS_RTR)
+		return 8;
+	strcpy(me.buf, "first");
+	if (xpost(&me, IBV_WR_SEND, t.srqn, 0, 0) || !xwait(me.scq, IBV_WC_SUCCESS) ||
+	    write(up, "a", 1) != 1)
+		return 9;
+	/* The creator destroyed its handle: the QP lives while ours is open. */
+	if (read(down, &go, 1) != 1 || ibv_query_qp(tq, &qa, IBV_QP_STATE, &qia) ||
+	    qa.qp_state != IBV_QPS_RTR)
+		return 10;
+	strcpy(me.buf, "second");
+	if (xpost(&me, IBV_WR_SEND, t.srqn, 0, 0) || !xwait(me.scq, IBV_WC_SUCCESS) ||
+	    write(up, "c", 1) != 1 || read(down, &go, 1) != 1)
+		return 11;
+	/* The last handle goes, and the QP with it. */
+	if (ibv_destroy_qp(tq))
+		return 12;
+	oa.xrcd = x;
+	errno = 0;
+	if (ibv_open_qp(me.ctx, &oa) || errno != EINVAL)
+		return 13;
+	if (ibv_close_xrcd(x))
+		return 14;
+	close(fd);
+	xside_close(&me);
+	return 0;
+}
+
+static void test_open_qp_across_processes(void **state)
+{
+	(void)state;
+	int up[2], down[2];
+	char path[] = "/tmp/svxrcXXXXXX", c;
+	int fd = mkstemp(path);
+
+	assert_true(fd >= 0);
+	assert_int_equal(pipe(up), 0);
+	assert_int_equal(pipe(down), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (!pid) {
+		close(up[0]);
+		close(down[1]);
+		_exit(opener(up[1], down[0]));
+	}
+	close(up[1]);
+	close(down[0]);
+	/* The creator: a domain on the file, an XRC SRQ and a target QP
+	 * left in RESET for the opener to configure. */
+	struct xside me;
+	xside_open(&me);
+	struct ibv_xrcd *x = open_xrcd(me.ctx, fd, O_CREAT);
+	assert_non_null(x);
+	struct ibv_srq_init_attr_ex sa = {
+		.attr = { .max_wr = 16, .max_sge = 1 },
+		.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD |
+			     IBV_SRQ_INIT_ATTR_CQ,
+		.srq_type = IBV_SRQT_XRC, .pd = me.pd, .xrcd = x, .cq = me.rcq,
+	};
+	struct ibv_srq *srq = ibv_create_srq_ex(me.ctx, &sa);
+	assert_non_null(srq);
+	struct ibv_qp_init_attr_ex ra = { .qp_type = IBV_QPT_XRC_RECV,
+					  .comp_mask = IBV_QP_INIT_ATTR_XRCD, .xrcd = x };
+	struct ibv_qp *tq = ibv_create_qp_ex(me.ctx, &ra);
+	assert_non_null(tq);
+	struct tgt_info t = { .qpn = tq->qp_num, .port = me.port, .gid = me.gid };
+	assert_int_equal(ibv_get_srq_num(srq, &t.srqn), 0);
+	snprintf(t.path, sizeof(t.path), "%s", path);
+	for (int i = 0; i < 2; i++) {
+		struct ibv_sge sge = { (uintptr_t)me.buf + 128 * i, 128, me.mr->lkey };
+		struct ibv_recv_wr wr = { .wr_id = (uint64_t)i, .sg_list = &sge, .num_sge = 1 }, *bad;
+		assert_int_equal(ibv_post_srq_recv(srq, &wr, &bad), 0);
+	}
+	assert_int_equal(write(down[1], &t, sizeof(t)), sizeof(t));
+	/* A failed opener closes its pipe: its exit status names the step. */
+	if (read(up[0], &c, 1) != 1)
+		assert_child_ok(pid, "opener");
+	struct ibv_wc wc = poll_one(me.rcq);
+	assert_int_equal(wc.status, IBV_WC_SUCCESS);
+	assert_string_equal(me.buf, "first");
+	/* Destroying the creator's handle leaves the opener's. */
+	assert_int_equal(ibv_destroy_qp(tq), 0);
+	assert_int_equal(write(down[1], "b", 1), 1);
+	if (read(up[0], &c, 1) != 1)
+		assert_child_ok(pid, "opener");
+	wc = poll_one(me.rcq);
+	assert_int_equal(wc.status, IBV_WC_SUCCESS);
+	assert_string_equal(me.buf + 128, "second");
+	assert_int_equal(write(down[1], "d", 1), 1);
+	assert_child_ok(pid, "opener");
+	assert_int_equal(ibv_destroy_srq(srq), 0);
+	assert_int_equal(ibv_close_xrcd(x), 0);
+	xside_close(&me);
+	close(fd);
+	unlink(path);
+}
+
 int main(void)
 {
 	devs = ibv_get_device_list(NULL);
@@ -332,6 +491,7 @@ int main(void)
 		cmocka_unit_test(test_xrc_send_and_write),
 		cmocka_unit_test(test_xrc_errors),
 		cmocka_unit_test_setup_teardown(test_xrc_objects, fix_setup, fix_teardown),
+		cmocka_unit_test(test_open_qp_across_processes),
 	};
 	int r = cmocka_run_group_tests(tests, NULL, NULL);
 	ibv_free_device_list(devs);

@@ -97,6 +97,8 @@ static uint64_t shm_layout(struct shm_hdr *h)
 	h->n_qps = SV_HOST_MAX_QP;
 	h->off_qps = off;
 	off = align_up(off + (uint64_t)h->n_qps * sizeof(uint64_t));
+	h->owner_off = off;
+	off = align_up(off + sizeof(struct shm_owner));
 	h->bounce_off = off;
 	off = align_up(off + sizeof(struct shm_bounce));
 	off = (off + 4095) & ~4095ull;
@@ -140,6 +142,7 @@ int sv_seg_create(struct sv_seg *s, uint32_t ep, uint32_t dev_index)
 	s->heap_end = shm_layout(h);
 	sv_shm_mutex_init(&h->atomic_lock);
 	sv_shm_mutex_init(&((struct shm_bounce *)shm_at(h, h->bounce_off))->lock);
+	sv_shm_mutex_init(&((struct shm_owner *)shm_at(h, h->owner_off))->lock);
 	pthread_mutex_init(&s->lock, NULL);
 	s->h = h;
 	h->magic = SHM_MAGIC;
@@ -157,6 +160,9 @@ void sv_seg_destroy(struct sv_seg *s)
 		return;
 	sv_seg_name(name, sizeof(name), s->h->pid, s->h->ep);
 	unlink(name);
+	/* Processes that keep it mapped (a peer, an importer waiting on the
+	 * owner mailbox) see the context gone. */
+	atomic_store_explicit(&s->h->ready, 0, memory_order_release);
 	munmap(s->h, SHM_SEG_SIZE);
 	close(s->fd);
 	free(s->free);

@@ -4,7 +4,8 @@
  * transport.  Every field is a fixed-size type at a fixed offset; peers
  * locate objects by offsets from the segment base, never by pointers.
  *
- *   header | MR table | MR holders | PD table | QPN directory | bounce | heap
+ *   header | MR table | MR holders | PD table | QPN directory | owner
+ *   mailbox | bounce | heap
  *
  * The owner creates and lays out the segment (shm_layout()), then stores
  * `ready` last with release; a peer maps it, loads `ready` with acquire and
@@ -301,6 +302,32 @@ struct shm_pd {
 	uint32_t pad;
 };
 
+/*
+ * The owner mailbox: verbs another process runs on this context's objects,
+ * executed by the owner's progress thread (owner.c), today on XRC target
+ * QPs opened from another process (ibv_open_qp).  One requester at a time
+ * (lock) writes `r`, bumps `req` (release) and rings the doorbell; the
+ * owner answers in `r`, then stores `done = req` (release) and wakes it.
+ */
+enum shm_owner_op { SHM_OWNER_OPEN_QP = 1, SHM_OWNER_MODIFY_QP, SHM_OWNER_QUERY_QP,
+		    SHM_OWNER_CLOSE_QP };
+
+struct shm_owner_req {
+	uint32_t op, qpn;
+	uint64_t xrcd;			/* OPEN: the opener's domain */
+	int32_t mask;			/* MODIFY, QUERY */
+	int32_t status;			/* the answer: 0 or an errno */
+	struct ibv_qp_attr attr;	/* MODIFY in, QUERY out (no pointers) */
+	struct ibv_qp_cap cap;		/* QUERY out */
+	char why[200];			/* a failure's explanation */
+};
+
+struct shm_owner {
+	pthread_mutex_t lock;		/* robust, process-shared */
+	_Atomic uint32_t req, done;	/* futex word: done */
+	struct shm_owner_req r;
+};
+
 struct shm_hdr {
 	uint32_t magic, version;
 	uint64_t size;
@@ -329,6 +356,7 @@ struct shm_hdr {
 	uint32_t pad;
 	pthread_mutex_t atomic_lock;	/* serialises atomics aimed at this context */
 	uint64_t bounce_off;		/* struct shm_bounce */
+	uint64_t owner_off;		/* struct shm_owner */
 	_Atomic uint32_t ready;		/* stored last (release) */
 };
 

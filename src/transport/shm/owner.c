@@ -1,0 +1,64 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Verbs on another process's objects, run by their owner: the requester
+ * writes the owner mailbox of the object's segment and waits; the owner's
+ * progress thread runs the verb on its own object and answers (shm.h
+ * struct shm_owner).  The owner's private state stays the owner's to
+ * write, and what the verb explains on failure travels back with it.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../../sv.h"
+
+int sv_owner_call(struct shm_hdr *t, struct shm_owner_req *r)
+{
+	struct shm_owner *o = shm_at(t, t->owner_off);
+	int ret = 0;
+
+	sv_shm_lock(&o->lock);
+	o->r = *r;
+	uint32_t seq = atomic_load_explicit(&o->req, memory_order_relaxed) + 1;
+	/* Pairs with the owner's acquire load of req in sv_owner_serve(). */
+	atomic_store_explicit(&o->req, seq, memory_order_release);
+	sv_seg_ring(t);
+	for (int waited = 0;; waited++) {
+		/* Pairs with the owner's release store of done. */
+		if (atomic_load_explicit(&o->done, memory_order_acquire) == seq)
+			break;
+		struct timespec ts = { 0, 1000000 };
+		syscall(SYS_futex, &o->done, FUTEX_WAIT, seq - 1, &ts, NULL, 0);
+		/* A context that closed, or a process that died, never
+		 * answers. */
+		if (!atomic_load_explicit(&t->ready, memory_order_acquire) ||
+		    (waited % 100 == 99 && !sv_proc_alive(t->pid, t->start_time))) {
+			ret = ENODEV;
+			break;
+		}
+	}
+	if (!ret)
+		*r = o->r;
+	sv_shm_unlock(&o->lock);
+	return ret;
+}
+
+void sv_owner_serve(struct sv_context *c)
+{
+	struct shm_hdr *h = c->seg.h;
+	struct shm_owner *o = shm_at(h, h->owner_off);
+	uint32_t req = atomic_load_explicit(&o->req, memory_order_acquire);
+
+	if (req == atomic_load_explicit(&o->done, memory_order_relaxed))
+		return;
+	o->r.status = 0;
+	o->r.why[0] = 0;
+	sv_qp_serve(c, &o->r);
+	atomic_store_explicit(&o->done, req, memory_order_release);
+	syscall(SYS_futex, &o->done, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}

@@ -163,7 +163,11 @@ enum sv_reg_ep_state { SV_EP_FREE, SV_EP_LIVE };
 
 /* How bytes moved: the three paths of docs/architecture.md §4, and
  * memcpy within one process. */
-enum sv_copy_path { SV_PATH_LOCAL, SV_PATH_DIRECT, SV_PATH_CMA, SV_PATH_BOUNCE, SV_COPY_PATHS };
+/* How bytes moved: memcpy in one process, load/store into a peer's
+ * mapping, the kernel, the owner's bounce mailbox, or left for the
+ * receiver to place (transport/shm/defer.c). */
+enum sv_copy_path { SV_PATH_LOCAL, SV_PATH_DIRECT, SV_PATH_CMA, SV_PATH_BOUNCE, SV_PATH_DEFER,
+		    SV_COPY_PATHS };
 
 struct sv_reg_ep_info {
 	uint32_t index;
@@ -511,6 +515,7 @@ struct sv_qp {
 	uint32_t events_reported;
 	struct sv_peer_cache peer;
 	struct sv_map_cache map;
+	uint32_t defer_hint;		/* the receiver's slot to try first (defer.c) */
 	/* Rendezvous FINs the device owes this QP (engine/tm.c), oldest
 	 * first, under sq_lock: each is sent after the SEND that asked for it
 	 * completes, as its ACK precedes the read, and waits for a receive
@@ -591,6 +596,13 @@ struct sv_rwq_ind {
 void sv_seg_name(char *buf, size_t len, int32_t pid, uint32_t ep);
 int sv_seg_create(struct sv_seg *s, uint32_t ep, uint32_t dev_index);
 struct shm_hdr *sv_seg_map_fd(int fd);
+/* transport/shm/defer.c */
+uint8_t sv_defer_put(struct shm_hdr *h, struct shm_hdr *own, const struct iovec *src, int ns,
+		     const struct iovec *dst, int nd, uint64_t len, uint32_t *hint);
+void sv_defer_place(struct shm_hdr *h, struct shm_hdr *own, uint8_t defer);
+void sv_defer_flush(struct shm_hdr *h, struct shm_hdr *own);
+void sv_defer_solo(struct shm_hdr *h, bool solo);
+void sv_copy_iov(const struct iovec *d, int nd, const struct iovec *s, int ns);
 void sv_seg_unmap(struct shm_hdr *h);
 void sv_seg_destroy(struct sv_seg *s);
 uint64_t sv_seg_alloc(struct sv_seg *s, uint64_t size);

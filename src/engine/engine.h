@@ -50,6 +50,7 @@ struct sv_target {
 	uint64_t wq_off;	/* the receive queue (RQ, SRQ or WQ), in seg */
 	uint32_t wq_num;	/* a WQ's number, reported as qp_num; else 0 */
 	int32_t pid;		/* whose memory: mseg's owner */
+	struct shm_hdr *own;	/* the initiator's segment */
 	struct sv_map_cache *cache;	/* the initiating QP's */
 	bool mapped;		/* the last buffer resolved is mapped here (direct path) */
 	char why[SV_WHY_LEN];	/* the failed check, for explain mode */

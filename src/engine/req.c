@@ -356,6 +356,31 @@ static void build_grh(struct sv_qp *qp, const struct ibv_ah_attr *av, uint32_t l
 	memcpy(&h->dgid, d, 16);
 }
 
+/*
+ * A small message into another process's private memory is left for the
+ * receiver to place when it polls (transport/shm/defer.c): no system
+ * call.  Not for UD (its GRH and lossy delivery gain nothing), not for
+ * SEND_WITH_INV (its invalidation may still fail the message), not into
+ * ODP memory (the receiver's memcpy would fault where the kernel's copy
+ * fails cleanly), not into an imported context's memory (its poller is
+ * not the memory's process), and not when a copy path is forced.
+ * Returns the completion's `defer`, or 0.
+ */
+static uint8_t defer(struct sv_qp *qp, struct sv_target *t, const struct shm_rwqe *rw,
+		     struct shm_mr *const *held, unsigned flags, const struct iovec *src, int ns,
+		     const struct iovec *riov, uint64_t len)
+{
+	if (qp->ex.qp_base.qp_type == IBV_QPT_UD || (flags & F_INV) || t->pid == sv_pid() ||
+	    t->mseg != t->seg || sv_config()->copy != SV_COPY_AUTO || len > SHM_DEFER_MAX ||
+	    rw->num_sge > SHM_DEFER_IOV)
+		return 0;
+	for (uint32_t i = 0; i < rw->num_sge; i++)
+		if (held[i] && (held[i]->access & IBV_ACCESS_ON_DEMAND))
+			return 0;
+	return sv_defer_put(t->seg, qp->ctx->seg.h, src, ns, riov, (int)rw->num_sge, len,
+			    &qp->defer_hint);
+}
+
 enum sv_result sv_deliver_wqe(struct sv_qp *qp, const struct sv_swqe *w, struct sv_target *t,
 			      const struct shm_rwqe *rw, const struct iovec *msg, int nmsg,
 			      uint64_t len, bool data, struct shm_cqe *e)
@@ -399,9 +424,10 @@ enum sv_result sv_deliver_wqe(struct sv_qp *qp, const struct sv_swqe *w, struct 
 	for (int i = 0; data && i < nmsg; i++)
 		src[ns++] = msg[i];
 	int err = 0;
+	unsigned flags = w ? wr_info[w->opcode].flags : 0;
 	if (need && t->mapped)
 		sv_copy_mapped(qp->ctx->seg.h, true, src, ns, riov, (int)rw->num_sge);
-	else if (need)
+	else if (need && !(e->defer = defer(qp, t, rw, held, flags, src, ns, riov, need)))
 		err = sv_copy_to(t->mseg, qp->ctx->seg.h, src, ns, riov, (int)rw->num_sge);
 	sv_resp_recv_put(t, rw, held);
 	if (err && sv_resp_gone(t))
@@ -414,7 +440,6 @@ enum sv_result sv_deliver_wqe(struct sv_qp *qp, const struct sv_swqe *w, struct 
 	 * the message.  A key it may not invalidate fails the request with
 	 * an Invalid Request NAK and the receive WQE with REM_INV_REQ_ERR
 	 * (rxe_resp.c, RESPST_ERR_INVALIDATE_RKEY, "Class J"). */
-	unsigned flags = w ? wr_info[w->opcode].flags : 0;
 	if ((flags & F_INV) && sv_resp_invalidate(t, w->imm)) {
 		memcpy(sv_last_why, t->why, sizeof(sv_last_why));
 		sv_resp_fail(t, rw, IBV_WC_REM_INV_REQ_ERR, -1);
@@ -436,7 +461,9 @@ enum sv_result sv_deliver_wqe(struct sv_qp *qp, const struct sv_swqe *w, struct 
 	}
 	if (ud && w->av.is_global)
 		e->wc_flags |= IBV_WC_GRH;
-	sv_cq_push(t->seg, shm_at(t->seg, t->rcq_off), e);
+	/* An overrun CQ drops the completion, not the data. */
+	if (!sv_cq_push(t->seg, shm_at(t->seg, t->rcq_off), e) && e->defer)
+		sv_defer_place(t->seg, qp->ctx->seg.h, e->defer);
 	return SV_R_OK;
 }
 

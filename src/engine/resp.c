@@ -58,6 +58,7 @@ enum sv_result sv_resp_locate(struct sv_qp *qp, uint32_t qpn, struct sv_target *
 	if (!t->seg)
 		return SV_R_NO_RESPONSE;
 	t->cache = &qp->map;
+	t->own = qp->ctx->seg.h;
 	t->qseg = t->seg;
 	t->qp = sv_seg_qp(t->seg, qpn);
 	if (!t->qp)
@@ -270,6 +271,9 @@ enum sv_result sv_resp_mr_get(struct sv_target *t, uint32_t rkey, uint64_t va, u
 		sv_resp_mr_put(t->mseg, m);
 		return SV_R_NAK_ACCESS;
 	}
+	/* SENDs left for the receiver to place land before this access
+	 * (transport/shm/defer.c). */
+	sv_defer_flush(t->mseg, t->own);
 	*mr = m;
 	uint64_t tva = m->addr + (va - m->iova);
 	void *local = direct_map(t, region, tva);

@@ -126,14 +126,27 @@ static void cq_consume(struct sv_cq *cq)
 	atomic_store_explicit(&q->head, head + 1, memory_order_relaxed);
 }
 
+/* Data the producer left for the poller to place (transport/shm/defer.c)
+ * lands before its completion is seen, and before a dropped one goes. */
+static void place_deferred(struct sv_cq *cq, struct shm_cqe *e)
+{
+	if (e->defer) {
+		sv_defer_place(cq->ctx->seg.h, NULL, e->defer);
+		e->defer = 0;
+	}
+}
+
 /* The next live entry, dropping those a QP's reset took back; under lock. */
 static struct shm_cqe *cq_peek(struct sv_cq *cq)
 {
 	struct shm_cqe *e;
 
-	while ((e = cq_peek_at(cq, atomic_load_explicit(&cq->sh->head, memory_order_relaxed))) &&
-	       e->opcode == SHM_CQE_DEAD)
+	while ((e = cq_peek_at(cq, atomic_load_explicit(&cq->sh->head, memory_order_relaxed)))) {
+		place_deferred(cq, e);
+		if (e->opcode != SHM_CQE_DEAD)
+			break;
 		cq_consume(cq);
+	}
 	return e;
 }
 
@@ -474,6 +487,13 @@ static void cq_free(struct sv_cq *cq)
 	pthread_mutex_lock(&c->lock);
 	SV_LIST_DEL(&c->cqs, cq);
 	pthread_mutex_unlock(&c->lock);
+	/* Completions never polled still place their data. */
+	for (uint64_t p = atomic_load_explicit(&cq->sh->head, memory_order_relaxed);; p++) {
+		struct shm_cqe *e = cq_peek_at(cq, p);
+		if (!e)
+			break;
+		place_deferred(cq, e);
+	}
 	if (cq->sh->ring_off != first_ring_off(cq->sh_off))
 		sv_seg_free(&c->seg, cq->sh->ring_off, (uint64_t)cq->sh->size * sizeof(struct shm_cqe));
 	sv_seg_free(&c->seg, cq->sh_off, cq->sh_bytes);

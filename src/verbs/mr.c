@@ -146,9 +146,15 @@ bool sv_key_revoke_if(const struct shm_hdr *h, struct shm_mr *e, uint32_t key)
 	return true;
 }
 
+/* After the key is gone, SENDs still waiting for their receiver to place
+ * them land too (transport/shm/defer.c): nothing is written into the
+ * memory once the verb returns. */
 static void mr_revoke(struct sv_mr *mr)
 {
-	sv_key_revoke(sv_ctx(mr->ibmr.context)->seg.h, mr_entry(mr), mr->ibmr.lkey);
+	struct shm_hdr *h = sv_ctx(mr->ibmr.context)->seg.h;
+
+	sv_key_revoke(h, mr_entry(mr), mr->ibmr.lkey);
+	sv_defer_flush(h, h);
 }
 
 static int check_range(void *addr, size_t length, const char *verb)
@@ -274,10 +280,10 @@ SV_EXPORT struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, s
  * owner deregisters or closes. */
 static void foreign_free(struct sv_mr *mr, bool destroy)
 {
-	if (destroy)
-		sv_key_revoke_if(sv_ctx(mr->ibmr.context)->home,
-				 &shm_mrs(sv_ctx(mr->ibmr.context)->home)[mr->ibmr.lkey >> 8],
-				 mr->ibmr.lkey);
+	struct sv_context *c = sv_ctx(mr->ibmr.context);
+	if (destroy && sv_key_revoke_if(c->home, &shm_mrs(c->home)[mr->ibmr.lkey >> 8],
+					mr->ibmr.lkey))
+		sv_defer_flush(c->home, c->seg.h);
 	atomic_fetch_sub(&mr->pd->users, 1);
 	free(mr);
 }

@@ -21,7 +21,7 @@
 #include "../../sv.h"
 
 /* memcpy between two scatter lists of equal total length. */
-static void copy_iov(const struct iovec *d, int nd, const struct iovec *s, int ns)
+void sv_copy_iov(const struct iovec *d, int nd, const struct iovec *s, int ns)
 {
 	size_t doff = 0, soff = 0;
 	int di = 0, si = 0;
@@ -135,7 +135,7 @@ static int bounce_chunk(struct shm_hdr *t, struct shm_hdr *own, bool write,
 	if (nr > SHM_BOUNCE_IOV)
 		return EINVAL;
 	if (write)
-		copy_iov(&c, 1, l, nl);
+		sv_copy_iov(&c, 1, l, nl);
 	b->write = write;
 	b->niov = (uint32_t)nr;
 	for (int i = 0; i < nr; i++) {
@@ -164,7 +164,7 @@ static int bounce_chunk(struct shm_hdr *t, struct shm_hdr *own, bool write,
 	if (b->status)
 		return b->status;
 	if (!write)
-		copy_iov(l, nl, &c, 1);
+		sv_copy_iov(l, nl, &c, 1);
 	return 0;
 }
 
@@ -226,9 +226,9 @@ void sv_copy_mapped(struct shm_hdr *own, bool write, const struct iovec *l, int 
 		    const struct iovec *r, int nr)
 {
 	if (write)
-		copy_iov(r, nr, l, nl);
+		sv_copy_iov(r, nr, l, nl);
 	else
-		copy_iov(l, nl, r, nr);
+		sv_copy_iov(l, nl, r, nr);
 	count(own, SV_PATH_DIRECT, l, nl);
 }
 
@@ -237,9 +237,9 @@ static int move(bool write, struct shm_hdr *t, struct shm_hdr *own, const struct
 {
 	if (plain_memcpy(t->pid)) {
 		if (write)
-			copy_iov(r, nr, l, nl);
+			sv_copy_iov(r, nr, l, nl);
 		else
-			copy_iov(l, nl, r, nr);
+			sv_copy_iov(l, nl, r, nr);
 		count(own, SV_PATH_LOCAL, l, nl);
 		return 0;
 	}

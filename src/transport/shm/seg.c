@@ -99,6 +99,8 @@ static uint64_t shm_layout(struct shm_hdr *h)
 	off = align_up(off + (uint64_t)h->n_qps * sizeof(uint64_t));
 	h->owner_off = off;
 	off = align_up(off + sizeof(struct shm_owner));
+	h->defer_off = off;
+	off = align_up(off + sizeof(struct shm_defer));
 	h->bounce_off = off;
 	off = align_up(off + sizeof(struct shm_bounce));
 	off = (off + 4095) & ~4095ull;
@@ -379,6 +381,17 @@ static struct shm_hdr *local_segs[64];
 void sv_seg_register_local(struct shm_hdr *h, bool add)
 {
 	pthread_mutex_lock(&peers_lock);
+	/* Deferred placement needs the process's only context (defer.c):
+	 * a second one ends it for all, placing what is pending first. */
+	bool others = false;
+	for (size_t i = 0; add && i < SV_ARRAY_SIZE(local_segs); i++) {
+		if (!local_segs[i])
+			continue;
+		others = true;
+		sv_defer_solo(local_segs[i], false);
+	}
+	if (add)
+		sv_defer_solo(h, !others);
 	for (size_t i = 0; i < SV_ARRAY_SIZE(local_segs); i++) {
 		if (add && !local_segs[i]) {
 			local_segs[i] = h;

@@ -5,7 +5,7 @@
  * locate objects by offsets from the segment base, never by pointers.
  *
  *   header | MR table | MR holders | PD table | QPN directory | owner
- *   mailbox | bounce | heap
+ *   mailbox | deferred placements | bounce | heap
  *
  * The owner creates and lays out the segment (shm_layout()), then stores
  * `ready` last with release; a peer maps it, loads `ready` with acquire and
@@ -198,7 +198,8 @@ struct shm_cqe {
 	uint32_t imm, qp_num, src_qp, wc_flags;
 	uint16_t pkey_index, slid;
 	uint8_t status, opcode;		/* enum ibv_wc_status, enum ibv_wc_opcode: below 256 */
-	uint8_t sl, dlid_path_bits, solicited, pad;
+	uint8_t sl, dlid_path_bits, solicited;
+	uint8_t defer;			/* slot + 1 of data the poller places first (defer.c) */
 	_Atomic uint32_t seq;
 };
 #define SHM_CQE_DEAD	0xff	/* opcode of an entry a QP's reset took back */
@@ -328,6 +329,42 @@ struct shm_owner {
 	struct shm_owner_req r;
 };
 
+/*
+ * Deferred placement (transport/shm/defer.c): a small SEND into private
+ * memory left for the receiver to place when it polls.  A slot is
+ * claimed by one initiator (FREE -> FILLING, compare-and-swap), filled,
+ * and published (PENDING, release; then `published`, seq_cst).  Whoever
+ * places it -- the poller of the completion that names it, or a flusher
+ * before an RDMA access to this memory -- claims it (PENDING -> PLACING),
+ * copies, counts `placed` and marks it PLACED; only the poller frees it
+ * (FREE, release), after clearing the completion's reference.  The first
+ * iovec and the data share the slot's first line: an 8-byte message is
+ * one line.  `published` is written by initiators only and `placed` by
+ * placers only, on lines of their own: a flusher compares the two.
+ */
+#define SHM_DEFER_SLOTS	64
+#define SHM_DEFER_IOV	4
+#define SHM_DEFER_MAX	184
+
+enum shm_defer_state { SHM_DEFER_FREE, SHM_DEFER_FILLING, SHM_DEFER_PENDING, SHM_DEFER_PLACING,
+		       SHM_DEFER_PLACED };
+
+struct shm_defer_slot {
+	_Atomic uint32_t state;
+	uint16_t niov, len;
+	struct { uint64_t addr, len; } iov0;
+	uint8_t data[SHM_DEFER_MAX];
+	struct { uint64_t addr, len; } iov[SHM_DEFER_IOV - 1];	/* the rest */
+};
+_Static_assert(sizeof(struct shm_defer_slot) == 256, "four lines per slot");
+
+struct shm_defer {
+	_Atomic uint32_t solo;		/* the owner process has only this context */
+	_Alignas(64) _Atomic uint32_t published;
+	_Alignas(64) _Atomic uint32_t placed;
+	_Alignas(64) struct shm_defer_slot slot[SHM_DEFER_SLOTS];
+};
+
 struct shm_hdr {
 	uint32_t magic, version;
 	uint64_t size;
@@ -357,6 +394,7 @@ struct shm_hdr {
 	pthread_mutex_t atomic_lock;	/* serialises atomics aimed at this context */
 	uint64_t bounce_off;		/* struct shm_bounce */
 	uint64_t owner_off;		/* struct shm_owner */
+	uint64_t defer_off;		/* struct shm_defer */
 	_Atomic uint32_t ready;		/* stored last (release) */
 };
 

@@ -1,0 +1,317 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Deferred placement (transport/shm/defer.c): a small SEND into another
+ * process's private memory is placed by the receiver when it polls.  The
+ * receiver here is a forked process that does only what the parent asks;
+ * every case checks what the memory holds *before* the receiver polls,
+ * which is what the guards are for: a READ or WRITE after the SEND,
+ * deregistration, a reset that drops the completion, a second context,
+ * and more messages than there are slots.
+ */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <sys/socket.h>
+
+#include "../../src/sv.h"
+#include "helpers.h"
+#include "pair.h"
+
+struct exch {
+	uint32_t qpn, rkey;
+	uint16_t lid;
+	union ibv_gid gid;
+	uint64_t addr;
+};
+
+enum op { POST, POST2, PEEK, POLL, DEREG2, SECOND_CONTEXT, RESET, QUIT };
+
+struct cmd {
+	uint32_t op, off, len, n;
+};
+
+struct reply {
+	int32_t status;		/* a completion's, or -1 for none */
+	uint64_t wr_id;
+	uint32_t byte_len;
+	char data[32];		/* the receiver's memory at off, as it is now */
+};
+
+/* Bytes this process moved by a copy path (host registry counters). */
+static uint64_t my_bytes(enum sv_copy_path path)
+{
+	static struct sv_reg_ep_info eps[SV_HOST_MAX_ENDPOINTS];
+	int n = sv_reg_list_eps(eps, SV_HOST_MAX_ENDPOINTS);
+	uint64_t sum = 0;
+
+	for (int i = 0; i < n; i++)
+		if (eps[i].pid == getpid())
+			sum += eps[i].bytes[path];
+	return sum;
+}
+
+/* ---- the receiver: private memory, and no verb unless asked ---- */
+
+static void receiver(int sock)
+{
+	struct end r;
+	struct cmd c;
+	char *buf2 = aligned_alloc(4096, 4096);
+
+	end_open(&r, &rc_default);	/* aligned_alloc: private memory */
+	/* Room for more unpolled receives than there are slots. */
+	ibv_destroy_qp(r.qp);
+	struct ibv_qp_init_attr ia = { .send_cq = r.cq, .recv_cq = r.cq, .qp_type = IBV_QPT_RC,
+				       .cap = { 16, 2 * SHM_DEFER_SLOTS, 1, 1, 0 } };
+	r.qp = ibv_create_qp(r.pd, &ia);
+	if (!r.qp)
+		_exit(1);
+	memset(buf2, 0, 4096);
+	struct ibv_mr *mr2 = ibv_reg_mr(r.pd, buf2, 4096, IBV_ACCESS_LOCAL_WRITE);
+	struct exch me = { r.qp->qp_num, r.mr->rkey, r.port.lid, r.gid, (uintptr_t)r.buf };
+	struct exch peer;
+	if (!mr2 || write(sock, &me, sizeof(me)) != sizeof(me) ||
+	    read(sock, &peer, sizeof(peer)) != sizeof(peer))
+		_exit(2);
+	struct end as_peer = { .port = r.port, .gid = peer.gid };
+	as_peer.port.lid = peer.lid;
+	connect_qp(r.qp, &as_peer, peer.qpn, &rc_default);
+	while (read(sock, &c, sizeof(c)) == sizeof(c)) {
+		struct reply rep = { .status = -1 };
+		struct ibv_wc wc;
+		char *at = (c.op == POST2 || c.op == DEREG2 ? buf2 : r.buf) + c.off;
+		switch (c.op) {
+		case POST:
+			for (uint32_t i = 0; i < c.n; i++)
+				post_recv(&r, at + i * c.len, c.len, c.off + i * c.len);
+			break;
+		case POST2: {
+			struct ibv_sge sge = { (uintptr_t)at, c.len, mr2->lkey };
+			struct ibv_recv_wr wr = { .wr_id = 2, .sg_list = &sge, .num_sge = 1 }, *bad;
+			if (ibv_post_recv(r.qp, &wr, &bad))
+				_exit(3);
+			break;
+		}
+		case POLL:
+			wc = poll_one(r.cq);
+			rep = (struct reply){ wc.status, wc.wr_id, wc.byte_len, "" };
+			break;
+		case DEREG2:
+			if (ibv_dereg_mr(mr2))
+				_exit(4);
+			break;
+		case SECOND_CONTEXT:
+			if (!ibv_open_device(devs[0]))	/* left open: solo ends for good */
+				_exit(5);
+			break;
+		case RESET: {
+			/* The completion goes with the reset; the data lands
+			 * when the poller drops it.  Then back to RTS. */
+			struct ibv_qp_attr a = { .qp_state = IBV_QPS_RESET };
+			if (ibv_modify_qp(r.qp, &a, IBV_QP_STATE))
+				_exit(6);
+			rep.status = ibv_poll_cq(r.cq, 1, &wc);
+			memcpy(rep.data, at, sizeof(rep.data));
+			connect_qp(r.qp, &as_peer, peer.qpn, &rc_default);
+			if (write(sock, &rep, sizeof(rep)) != sizeof(rep))
+				_exit(7);
+			continue;
+		}
+		case QUIT:
+			_exit(0);
+		}
+		memcpy(rep.data, at, sizeof(rep.data));
+		if (write(sock, &rep, sizeof(rep)) != sizeof(rep))
+			_exit(7);
+	}
+	_exit(8);
+}
+
+/* ---- the sender ---- */
+
+static int sock;
+static pid_t rpid;
+static struct end s;
+static struct exch x;
+
+static struct reply ask(enum op op, uint32_t off, uint32_t len, uint32_t n)
+{
+	struct cmd c = { op, off, len, n };
+	struct reply rep;
+
+	assert_int_equal(write(sock, &c, sizeof(c)), sizeof(c));
+	if (read(sock, &rep, sizeof(rep)) != sizeof(rep))
+		assert_child_ok(rpid, "receiver");
+	return rep;
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	int sp[2];
+
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sp), 0);
+	rpid = fork();
+	if (!rpid) {
+		close(sp[0]);
+		receiver(sp[1]);
+	}
+	close(sp[1]);
+	sock = sp[0];
+	end_open(&s, &rc_default);
+	assert_int_equal(read(sock, &x, sizeof(x)), sizeof(x));
+	struct exch me = { s.qp->qp_num, s.mr->rkey, s.port.lid, s.gid, (uintptr_t)s.buf };
+	assert_int_equal(write(sock, &me, sizeof(me)), sizeof(me));
+	struct end peer = { .port = s.port, .gid = x.gid };
+	peer.port.lid = x.lid;
+	connect_qp(s.qp, &peer, x.qpn, &rc_default);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	struct cmd c = { QUIT, 0, 0, 0 };
+
+	assert_int_equal(write(sock, &c, sizeof(c)), sizeof(c));
+	assert_child_ok(rpid, "receiver");
+	end_close(&s);
+	close(sock);
+	return 0;
+}
+
+/* A signaled SEND of a string (with its NUL) that completes. */
+static void send_str(const char *str, uint32_t len)
+{
+	strncpy(s.buf, str, len);
+	assert_int_equal(post(&s, IBV_WR_SEND, s.buf, len, s.mr->lkey, 0, 0, 0x5e, IBV_SEND_SIGNALED), 0);
+	assert_int_equal(poll_one(s.cq).status, IBV_WC_SUCCESS);
+}
+
+/* The sender's SEND completed; the receiver has not polled.  A READ of
+ * the buffer returns the message (the READ placed it), and the
+ * receiver's completion finds it placed. */
+static void test_read_after_send(void **state)
+{
+	(void)state;
+	uint64_t deferred = my_bytes(SV_PATH_DEFER);
+
+	ask(POST, 0, 32, 1);
+	send_str("read after send", 32);
+	assert_int_equal(my_bytes(SV_PATH_DEFER) - deferred, 32);	/* no system call */
+	assert_int_equal(post(&s, IBV_WR_RDMA_READ, s.buf + 512, 32, s.mr->lkey, x.addr, x.rkey, 1,
+			      IBV_SEND_SIGNALED), 0);
+	assert_int_equal(poll_one(s.cq).status, IBV_WC_SUCCESS);
+	assert_string_equal(s.buf + 512, "read after send");
+	struct reply r = ask(POLL, 0, 0, 0);
+	assert_int_equal(r.status, IBV_WC_SUCCESS);
+	assert_int_equal(r.byte_len, 32);
+	assert_string_equal(r.data, "read after send");
+}
+
+/* A WRITE after a SEND into the same buffer wins, even though the
+ * receiver polls the SEND's completion after both. */
+static void test_write_after_send(void **state)
+{
+	(void)state;
+	ask(POST, 64, 32, 1);
+	send_str("the send", 32);
+	strcpy(s.buf + 512, "the write");
+	assert_int_equal(post(&s, IBV_WR_RDMA_WRITE, s.buf + 512, 10, s.mr->lkey, x.addr + 64, x.rkey,
+			      2, IBV_SEND_SIGNALED), 0);
+	assert_int_equal(poll_one(s.cq).status, IBV_WC_SUCCESS);
+	struct reply r = ask(POLL, 64, 0, 0);
+	assert_int_equal(r.status, IBV_WC_SUCCESS);
+	assert_string_equal(r.data, "the write");
+}
+
+/* Deregistering the receive buffer's MR places the message before it
+ * returns; the completion polled afterwards writes nothing. */
+static void test_dereg_places(void **state)
+{
+	(void)state;
+	ask(POST2, 0, 32, 1);
+	send_str("before dereg", 32);
+	struct reply r = ask(DEREG2, 0, 0, 0);
+	assert_string_equal(r.data, "before dereg");
+	r = ask(POLL, 0, 0, 0);
+	assert_int_equal(r.status, IBV_WC_SUCCESS);
+	assert_int_equal(r.wr_id, 2);
+}
+
+/* A reset takes the completion back; the message still lands (the slot
+ * is placed and freed as the poller drops the entry). */
+static void test_reset_places(void **state)
+{
+	(void)state;
+	ask(POST, 256, 32, 1);
+	send_str("reset", 32);
+	struct reply r = ask(RESET, 256, 0, 0);
+	assert_int_equal(r.status, 0);		/* no completion */
+	assert_string_equal(r.data, "reset");
+}
+
+/* More unpolled messages than slots: the rest are placed by the sender
+ * (CMA), all arrive, and every slot is free again once polled. */
+static void test_more_than_slots(void **state)
+{
+	(void)state;
+	enum { N = SHM_DEFER_SLOTS + 36, LEN = 16 };
+	uint64_t deferred = my_bytes(SV_PATH_DEFER), cma = my_bytes(SV_PATH_CMA);
+	char msg[LEN];
+
+	ask(POST, 1024, LEN, N);
+	for (int i = 0; i < N; i++) {
+		snprintf(msg, sizeof(msg), "m%03d", i);
+		send_str(msg, LEN);
+	}
+	assert_int_equal(my_bytes(SV_PATH_DEFER) - deferred, SHM_DEFER_SLOTS * LEN);
+	assert_int_equal(my_bytes(SV_PATH_CMA) - cma, (N - SHM_DEFER_SLOTS) * LEN);
+	for (int i = 0; i < N; i++) {
+		struct reply r = ask(POLL, 1024 + (uint32_t)i * LEN, 0, 0);
+		snprintf(msg, sizeof(msg), "m%03d", i);
+		assert_int_equal(r.status, IBV_WC_SUCCESS);
+		assert_int_equal(r.wr_id, 1024 + (uint64_t)i * LEN);
+		assert_string_equal(r.data, msg);
+	}
+	deferred = my_bytes(SV_PATH_DEFER);
+	ask(POST, 1024, LEN, SHM_DEFER_SLOTS);
+	for (int i = 0; i < SHM_DEFER_SLOTS; i++)
+		send_str("again", LEN);
+	assert_int_equal(my_bytes(SV_PATH_DEFER) - deferred, SHM_DEFER_SLOTS * LEN);
+	for (int i = 0; i < SHM_DEFER_SLOTS; i++)
+		assert_int_equal(ask(POLL, 1024, 0, 0).status, IBV_WC_SUCCESS);
+}
+
+/* A second context in the receiving process could reach the buffer
+ * through keys of its own: opening it places what is pending, and ends
+ * deferral there. */
+static void test_second_context_places(void **state)
+{
+	(void)state;
+	ask(POST, 4096, 32, 2);
+	send_str("before the second", 32);
+	struct reply r = ask(SECOND_CONTEXT, 4096, 0, 0);
+	assert_string_equal(r.data, "before the second");
+	uint64_t deferred = my_bytes(SV_PATH_DEFER);
+	send_str("after the second", 32);
+	assert_int_equal(my_bytes(SV_PATH_DEFER), deferred);
+	assert_string_equal(ask(PEEK, 4096 + 32, 0, 0).data, "after the second");
+	assert_int_equal(ask(POLL, 0, 0, 0).status, IBV_WC_SUCCESS);
+	assert_int_equal(ask(POLL, 0, 0, 0).status, IBV_WC_SUCCESS);
+}
+
+int main(void)
+{
+	devs = ibv_get_device_list(NULL);
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_read_after_send),
+		cmocka_unit_test(test_write_after_send),
+		cmocka_unit_test(test_dereg_places),
+		cmocka_unit_test(test_reset_places),
+		cmocka_unit_test(test_more_than_slots),
+		cmocka_unit_test(test_second_context_places),
+	};
+	int r = cmocka_run_group_tests(tests, setup, teardown);
+	ibv_free_device_list(devs);
+	return r;
+}

@@ -596,6 +596,8 @@ struct sv_rwq_ind {
 void sv_seg_name(char *buf, size_t len, int32_t pid, uint32_t ep);
 int sv_seg_create(struct sv_seg *s, uint32_t ep, uint32_t dev_index);
 struct shm_hdr *sv_seg_map_fd(int fd);
+int sv_seg_await(const struct shm_hdr *t, _Atomic uint32_t *done, uint32_t seq,
+		 struct shm_hdr *own);
 /* transport/shm/defer.c */
 uint8_t sv_defer_put(struct shm_hdr *h, struct shm_hdr *own, const struct iovec *src, int ns,
 		     const struct iovec *dst, int nd, uint64_t len, uint32_t *hint);

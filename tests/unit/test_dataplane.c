@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "counters.h"
 #include "helpers.h"
 #include "pair.h"
 #include "sv.h"
@@ -736,19 +737,6 @@ static void sleeping_target(int wfd, int kind)
 		if (mem[i] != 0x5a)
 			target_exit(8);
 	target_exit(0);
-}
-
-/* Bytes this process moved by a copy path (host registry counters). */
-static uint64_t my_bytes(enum sv_copy_path path)
-{
-	static struct sv_reg_ep_info eps[SV_HOST_MAX_ENDPOINTS];
-	int n = sv_reg_list_eps(eps, SV_HOST_MAX_ENDPOINTS);
-	uint64_t sum = 0;
-
-	for (int i = 0; i < n; i++)
-		if (eps[i].pid == getpid())
-			sum += eps[i].bytes[path];
-	return sum;
 }
 
 /* The path each kind of target memory must take, for the copy mode of

@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <sys/socket.h>
 
-#include "../../src/sv.h"
+#include "counters.h"
 #include "helpers.h"
 #include "pair.h"
 
@@ -35,19 +35,6 @@ struct reply {
 	uint32_t byte_len;
 	char data[32];		/* the receiver's memory at off, as it is now */
 };
-
-/* Bytes this process moved by a copy path (host registry counters). */
-static uint64_t my_bytes(enum sv_copy_path path)
-{
-	static struct sv_reg_ep_info eps[SV_HOST_MAX_ENDPOINTS];
-	int n = sv_reg_list_eps(eps, SV_HOST_MAX_ENDPOINTS);
-	uint64_t sum = 0;
-
-	for (int i = 0; i < n; i++)
-		if (eps[i].pid == getpid())
-			sum += eps[i].bytes[path];
-	return sum;
-}
 
 /* ---- the receiver: private memory, and no verb unless asked ---- */
 

@@ -145,22 +145,9 @@ static int bounce_chunk(struct shm_hdr *t, struct shm_hdr *own, bool write,
 	uint32_t seq = atomic_load_explicit(&b->req, memory_order_relaxed) + 1;
 	atomic_store_explicit(&b->req, seq, memory_order_release);
 	sv_seg_ring(t);
-	for (int waited = 0;; waited++) {
-		if (atomic_load_explicit(&b->done, memory_order_acquire) == seq)
-			break;
-		/* Serve our own mailbox meanwhile: two processes bouncing to
-		 * each other from their progress threads then cannot wait on
-		 * each other forever. */
-		if (own)
-			sv_bounce_serve(own);
-		struct timespec ts = { 0, 200000 };
-		syscall(SYS_futex, &b->done, FUTEX_WAIT, seq - 1, &ts, NULL, 0);
-		/* Once a second: a target that died (or is a zombie its
-		 * parent has not reaped, which kill(pid, 0) would not tell)
-		 * will never serve. */
-		if (waited % 5000 == 4999 && !sv_proc_alive(t->pid, 0))
-			return ESRCH;
-	}
+	int err = sv_seg_await(t, &b->done, seq, own);
+	if (err)
+		return err;
 	if (b->status)
 		return b->status;
 	if (!write)

@@ -10,9 +10,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
-#include <string.h>
 #include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "../../sv.h"
@@ -28,20 +26,8 @@ int sv_owner_call(struct shm_hdr *t, struct shm_owner_req *r)
 	/* Pairs with the owner's acquire load of req in sv_owner_serve(). */
 	atomic_store_explicit(&o->req, seq, memory_order_release);
 	sv_seg_ring(t);
-	for (int waited = 0;; waited++) {
-		/* Pairs with the owner's release store of done. */
-		if (atomic_load_explicit(&o->done, memory_order_acquire) == seq)
-			break;
-		struct timespec ts = { 0, 1000000 };
-		syscall(SYS_futex, &o->done, FUTEX_WAIT, seq - 1, &ts, NULL, 0);
-		/* A context that closed, or a process that died, never
-		 * answers. */
-		if (!atomic_load_explicit(&t->ready, memory_order_acquire) ||
-		    (waited % 100 == 99 && !sv_proc_alive(t->pid, t->start_time))) {
-			ret = ENODEV;
-			break;
-		}
-	}
+	if (sv_seg_await(t, &o->done, seq, NULL))
+		ret = ENODEV;	/* a context that closed, or a process that died */
 	if (!ret)
 		*r = o->r;
 	sv_shm_unlock(&o->lock);

@@ -508,6 +508,31 @@ void sv_seg_publish_qp(struct shm_hdr *h, uint32_t qpn, uint64_t off)
 	atomic_store_explicit(&shm_qp_dir(h)[qpn - SV_QPN_BASE], off, memory_order_release);
 }
 
+/*
+ * A requester's wait for a mailbox of t's owner (bounce, owner) to answer
+ * request seq: 0 once `done` reaches it (acquire, pairing with the
+ * owner's release store), ESRCH once t's context closed or its process
+ * died (or is a zombie its parent has not reaped, which kill(pid, 0)
+ * would not tell), checked once a second.  own, if given, has its bounce
+ * mailbox served meanwhile: two processes bouncing to each other from
+ * their progress threads then cannot wait on each other forever.
+ */
+int sv_seg_await(const struct shm_hdr *t, _Atomic uint32_t *done, uint32_t seq,
+		 struct shm_hdr *own)
+{
+	for (int waited = 0;; waited++) {
+		if (atomic_load_explicit(done, memory_order_acquire) == seq)
+			return 0;
+		if (own)
+			sv_bounce_serve(own);
+		struct timespec ts = { 0, 200000 };
+		syscall(SYS_futex, done, FUTEX_WAIT, seq - 1, &ts, NULL, 0);
+		if (!atomic_load_explicit(&t->ready, memory_order_acquire) ||
+		    (waited % 5000 == 4999 && !sv_proc_alive(t->pid, 0)))
+			return ESRCH;
+	}
+}
+
 void sv_seg_ring(struct shm_hdr *h)
 {
 	atomic_fetch_add_explicit(&h->doorbell, 1, memory_order_release);

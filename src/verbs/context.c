@@ -272,8 +272,9 @@ static struct ibv_context *import_foreign(int cmd_fd)
 	struct shm_hdr *h = sv_seg_map_fd(cmd_fd), *home = h;
 
 	if (!h)
-		return sv_fail_null(EINVAL, verb, "fd %d is not the command fd of a softverbs "
-				    "context", cmd_fd);
+		return sv_fail_null(EINVAL, verb, "fd %d %s", cmd_fd, errno == ESHUTDOWN ?
+				    "names a softverbs context that has been closed" :
+				    "is not the command fd of a softverbs context");
 	if (h->pid == sv_pid()) {
 		sv_seg_unmap(h);
 		return sv_fail_null(EINVAL, verb, "fd %d names a context of this process that is "

@@ -23,7 +23,7 @@ struct exch {
 	uint64_t addr;
 };
 
-enum op { POST, POST2, PEEK, POLL, DEREG2, SECOND_CONTEXT, RESET, QUIT };
+enum op { POST, POST2, PEEK, POLL, DEREG2, SECOND_CONTEXT, RESET, DESTROY, QUIT };
 
 struct cmd {
 	uint32_t op, off, len, n;
@@ -31,6 +31,7 @@ struct cmd {
 
 struct reply {
 	int32_t status;		/* a completion's, or -1 for none */
+	uint32_t qpn;		/* DESTROY: the new QP */
 	uint64_t wr_id;
 	uint32_t byte_len;
 	char data[32];		/* the receiver's memory at off, as it is now */
@@ -80,7 +81,7 @@ static void receiver(int sock)
 		}
 		case POLL:
 			wc = poll_one(r.cq);
-			rep = (struct reply){ wc.status, wc.wr_id, wc.byte_len, "" };
+			rep = (struct reply){ wc.status, 0, wc.wr_id, wc.byte_len, "" };
 			break;
 		case DEREG2:
 			if (ibv_dereg_mr(mr2))
@@ -103,6 +104,22 @@ static void receiver(int sock)
 				_exit(7);
 			continue;
 		}
+		case DESTROY:
+			/* The QP and then its CQ go with a completion unpolled:
+			 * the data lands all the same.  Then a new pair. */
+			if (ibv_destroy_qp(r.qp) || ibv_destroy_cq(r.cq))
+				_exit(9);
+			memcpy(rep.data, at, sizeof(rep.data));
+			r.cq = ibv_create_cq(r.ctx, 256, NULL, NULL, 0);
+			ia.send_cq = ia.recv_cq = r.cq;
+			r.qp = r.cq ? ibv_create_qp(r.pd, &ia) : NULL;
+			if (!r.qp)
+				_exit(10);
+			connect_qp(r.qp, &as_peer, peer.qpn, &rc_default);
+			rep.qpn = r.qp->qp_num;
+			if (write(sock, &rep, sizeof(rep)) != sizeof(rep))
+				_exit(7);
+			continue;
 		case QUIT:
 			_exit(0);
 		}
@@ -237,6 +254,23 @@ static void test_reset_places(void **state)
 	assert_string_equal(r.data, "reset");
 }
 
+/* Destroying the QP and its CQ with the completion unpolled still places
+ * the message (and frees its slot: the next test counts them). */
+static void test_destroy_places(void **state)
+{
+	(void)state;
+	ask(POST, 320, 32, 1);
+	send_str("destroyed unpolled", 32);
+	struct reply r = ask(DESTROY, 320, 0, 0);
+	assert_string_equal(r.data, "destroyed unpolled");
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_RESET };
+	assert_int_equal(ibv_modify_qp(s.qp, &a, IBV_QP_STATE), 0);
+	struct end peer = { .port = s.port, .gid = x.gid };
+	peer.port.lid = x.lid;
+	connect_qp(s.qp, &peer, r.qpn, &rc_default);
+	x.qpn = r.qpn;
+}
+
 /* More unpolled messages than slots: the rest are placed by the sender
  * (CMA), all arrive, and every slot is free again once polled. */
 static void test_more_than_slots(void **state)
@@ -295,6 +329,7 @@ int main(void)
 		cmocka_unit_test(test_write_after_send),
 		cmocka_unit_test(test_dereg_places),
 		cmocka_unit_test(test_reset_places),
+		cmocka_unit_test(test_destroy_places),
 		cmocka_unit_test(test_more_than_slots),
 		cmocka_unit_test(test_second_context_places),
 	};

@@ -323,12 +323,92 @@ static void test_import_across_processes(void **state)
 	close(sv[0]);
 }
 
+/* The importer of a home that closes: the home's MRs went with it (their
+ * keys revoked), so the importer's use of them fails as with a
+ * deregistered MR; its own objects still work and close. */
+static int orphan(int sock)
+{
+	struct home_info h;
+	int fd = recv_fd(sock, &h);
+	char *home = (char *)(uintptr_t)h.addr, c;
+	struct ibv_context *b = fd >= 0 ? ibv_import_device(fd) : NULL;
+	struct ibv_pd *pd = b ? ibv_import_pd(b, h.pd) : NULL;
+	struct ibv_mr *mr = pd ? ibv_import_mr(pd, h.mr) : NULL;
+
+	if (!mr)
+		return 1;
+	struct end p, bend = { .ctx = b, .pd = pd, .mr = mr };
+	end_open(&p, &rc_default);
+	bend.cq = ibv_create_cq(b, 64, NULL, NULL, 0);
+	struct ibv_qp_init_attr ia = { .send_cq = bend.cq, .recv_cq = bend.cq,
+				       .qp_type = IBV_QPT_RC, .cap = { 16, 16, 2, 2, 0 } };
+	bend.qp = bend.cq ? ibv_create_qp(pd, &ia) : NULL;
+	if (!bend.qp)
+		return 2;
+	bend.port = p.port;
+	bend.gid = p.gid;
+	connect_qp(bend.qp, &p, p.qp->qp_num, &rc_default);
+	connect_qp(p.qp, &bend, bend.qp->qp_num, &rc_default);
+	if (write(sock, "i", 1) != 1 || read(sock, &c, 1) != 1)
+		return 3;
+	/* The home has closed its context. */
+	errno = 0;
+	if (ibv_import_mr(pd, h.mr) || errno != EINVAL)
+		return 4;
+	post_recv(&p, p.buf, 64, 0x10);
+	if (post(&bend, IBV_WR_SEND, home, 32, mr->lkey, 0, 0, 0x11, IBV_SEND_SIGNALED) ||
+	    poll_one(bend.cq).status != IBV_WC_LOC_PROT_ERR)
+		return 5;
+	errno = 0;
+	if (ibv_import_device(dup(fd)) || errno != EINVAL)
+		return 6;
+	ibv_destroy_qp(bend.qp);
+	ibv_destroy_cq(bend.cq);
+	ibv_unimport_mr(mr);
+	ibv_unimport_pd(pd);
+	if (ibv_close_device(b))
+		return 7;
+	end_close(&p);
+	return 0;
+}
+
+static void test_home_closes(void **state)
+{
+	(void)state;
+	int sv[2];
+	char c;
+
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (!pid) {
+		close(sv[0]);
+		_exit(orphan(sv[1]));
+	}
+	close(sv[1]);
+	struct end a;
+	end_open(&a, &rc_default);
+	struct home_info h = { a.pd->handle, a.mr->handle, 0, 0, (uintptr_t)a.buf, 0 };
+	send_fd(sv[0], a.ctx->cmd_fd, &h);
+	if (read(sv[0], &c, 1) != 1)
+		assert_child_ok(pid, "importer");
+	/* Closing with everything still in place: the kernel would keep the
+	 * objects for the importer's fd; softverbs' are this process's. */
+	ibv_destroy_qp(a.qp);
+	assert_int_equal(ibv_close_device(a.ctx), 0);
+	assert_int_equal(write(sv[0], "x", 1), 1);
+	assert_child_ok(pid, "importer");
+	free(a.buf);
+	close(sv[0]);
+}
+
 int main(void)
 {
 	devs = ibv_get_device_list(NULL);
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_import_objects),
 		cmocka_unit_test(test_import_across_processes),
+		cmocka_unit_test(test_home_closes),
 	};
 	int r = cmocka_run_group_tests(tests, NULL, NULL);
 	ibv_free_device_list(devs);

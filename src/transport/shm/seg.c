@@ -463,7 +463,8 @@ struct shm_hdr *sv_seg_peer(uint32_t ep, int32_t pid, uint64_t start_time)
 }
 
 /* Another process's segment, by its file (a command fd it passed us);
- * NULL with errno EINVAL when fd is no published softverbs segment. */
+ * NULL with errno EINVAL when fd is no softverbs segment, ESHUTDOWN when
+ * its context has closed. */
 struct shm_hdr *sv_seg_map_fd(int fd)
 {
 	struct stat st;
@@ -477,11 +478,12 @@ struct shm_hdr *sv_seg_map_fd(int fd)
 		errno = EINVAL;
 		return NULL;
 	}
-	/* Pairs with the release store of `ready` in sv_seg_create(). */
-	if (!atomic_load_explicit(&h->ready, memory_order_acquire) || h->magic != SHM_MAGIC ||
-	    h->version != SHM_VERSION) {
+	/* Pairs with the release store of `ready` in sv_seg_create(); 0
+	 * again once the context closed (sv_seg_destroy()). */
+	bool ours = h->magic == SHM_MAGIC && h->version == SHM_VERSION;
+	if (!ours || !atomic_load_explicit(&h->ready, memory_order_acquire)) {
 		munmap(h, SHM_SEG_SIZE);
-		errno = EINVAL;
+		errno = ours ? ESHUTDOWN : EINVAL;
 		return NULL;
 	}
 	return h;

@@ -30,7 +30,8 @@ void sv_copy_iov(const struct iovec *d, int nd, const struct iovec *s, int ns)
 		size_t n = d[di].iov_len - doff;
 		if (s[si].iov_len - soff < n)
 			n = s[si].iov_len - soff;
-		memcpy((char *)d[di].iov_base + doff, (const char *)s[si].iov_base + soff, n);
+		if (n)	/* an empty SGE may have no address */
+			memcpy((char *)d[di].iov_base + doff, (const char *)s[si].iov_base + soff, n);
 		doff += n;
 		soff += n;
 		if (doff == d[di].iov_len)

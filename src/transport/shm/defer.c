@@ -69,6 +69,27 @@ static bool claim(struct shm_defer_slot *s)
 	return atomic_compare_exchange_strong(&s->state, &expect, SHM_DEFER_PLACING);
 }
 
+/*
+ * Waits while another process places slot s.  One killed mid-copy never
+ * finishes: after a second the waiter copies the slot again itself (the
+ * same bytes to the same place; nothing newer can have landed there, since
+ * the access that was placing it never went on) and marks it placed.
+ */
+static void await_placed(struct shm_hdr *h, struct shm_hdr *own, struct shm_defer_slot *s)
+{
+	uint64_t start = sv_now_ns();
+
+	while (atomic_load_explicit(&s->state, memory_order_acquire) == SHM_DEFER_PLACING) {
+		if (sv_now_ns() - start > 1000000000ull) {
+			sv_warn("a deferred SEND's placer stopped mid-copy; placing it again");
+			place(h, own, s);
+			atomic_store_explicit(&s->state, SHM_DEFER_PLACED, memory_order_release);
+			return;
+		}
+		sched_yield();
+	}
+}
+
 uint8_t sv_defer_put(struct shm_hdr *h, struct shm_hdr *own, const struct iovec *src, int ns,
 		     const struct iovec *dst, int nd, uint64_t len, uint32_t *hint)
 {
@@ -121,8 +142,7 @@ void sv_defer_place(struct shm_hdr *h, struct shm_hdr *own, uint8_t defer)
 	if (claim(s))
 		place(h, own, s);
 	else	/* a flusher has it: its copy must be in before the completion */
-		while (atomic_load_explicit(&s->state, memory_order_acquire) == SHM_DEFER_PLACING)
-			sched_yield();
+		await_placed(h, own, s);
 	/* Pairs with the acquire load of an initiator claiming the slot. */
 	atomic_store_explicit(&s->state, SHM_DEFER_FREE, memory_order_release);
 }
@@ -132,7 +152,9 @@ void sv_defer_flush(struct shm_hdr *h, struct shm_hdr *own)
 	struct shm_defer *d = ring(h);
 
 	/* Every slot published before this access was counted in
-	 * `published` before its completion could be seen. */
+	 * `published` before its completion could be seen.  (A placer taken
+	 * over by await_placed() may count twice: `placed` then runs ahead
+	 * and flushes scan the slots, which costs time, not correctness.) */
 	if (atomic_load(&d->published) == atomic_load(&d->placed))
 		return;
 	for (uint32_t i = 0; i < SHM_DEFER_SLOTS; i++) {
@@ -142,8 +164,7 @@ void sv_defer_flush(struct shm_hdr *h, struct shm_hdr *own)
 			place(h, own, s);
 			atomic_store_explicit(&s->state, SHM_DEFER_PLACED, memory_order_release);
 		} else if (st == SHM_DEFER_PLACING) {
-			while (atomic_load_explicit(&s->state, memory_order_acquire) == SHM_DEFER_PLACING)
-				sched_yield();
+			await_placed(h, own, s);
 		}
 	}
 }

@@ -145,6 +145,44 @@ static int recv_fd(int sock, struct home_info *h)
 	return fd;
 }
 
+/* In the importing process: a QP of the import on the imported PD,
+ * connected to a peer context of the importer's own. */
+static bool import_pair(struct ibv_context *b, struct ibv_pd *pd, struct ibv_mr *mr, struct end *p,
+			struct end *bend)
+{
+	*bend = (struct end){ .ctx = b, .pd = pd, .mr = mr };
+	end_open(p, &rc_default);
+	bend->cq = ibv_create_cq(b, 64, NULL, NULL, 0);
+	struct ibv_qp_init_attr ia = { .send_cq = bend->cq, .recv_cq = bend->cq,
+				       .qp_type = IBV_QPT_RC, .cap = { 16, 16, 2, 2, 0 } };
+	bend->qp = bend->cq ? ibv_create_qp(pd, &ia) : NULL;
+	if (!bend->qp)
+		return false;
+	bend->port = p->port;
+	bend->gid = p->gid;
+	connect_qp(bend->qp, p, p->qp->qp_num, &rc_default);
+	connect_qp(p->qp, bend, bend->qp->qp_num, &rc_default);
+	return true;
+}
+
+/* Forks the importing process running fn on its end of a socket pair;
+ * *sock is the home's end. */
+static pid_t fork_importer(int (*fn)(int), int *sock)
+{
+	int sv[2];
+
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (!pid) {
+		close(sv[0]);
+		_exit(fn(sv[1]));
+	}
+	close(sv[1]);
+	*sock = sv[0];
+	return pid;
+}
+
 static bool wc_ok(struct ibv_cq *cq, uint64_t wr_id)
 {
 	struct ibv_wc wc = poll_one(cq);
@@ -194,18 +232,9 @@ static int importer(int sock)
 		return 8;
 	ibv_unimport_dm(dm);
 
-	struct end p, bend = { .ctx = b, .pd = pd, .mr = mr };
-	end_open(&p, &rc_default);
-	bend.cq = ibv_create_cq(b, 64, NULL, NULL, 0);
-	struct ibv_qp_init_attr ia = { .send_cq = bend.cq, .recv_cq = bend.cq,
-				       .qp_type = IBV_QPT_RC, .cap = { 16, 16, 2, 2, 0 } };
-	bend.qp = bend.cq ? ibv_create_qp(pd, &ia) : NULL;
-	if (!bend.qp)
+	struct end p, bend;
+	if (!import_pair(b, pd, mr, &p, &bend))
 		return 9;
-	bend.port = p.port;
-	bend.gid = p.gid;
-	connect_qp(bend.qp, &p, p.qp->qp_num, &rc_default);
-	connect_qp(p.qp, &bend, bend.qp->qp_num, &rc_default);
 
 	/* SEND from the home's memory, through the import's QP. */
 	post_recv(&p, p.buf, 64, 0x10);
@@ -269,17 +298,9 @@ static int importer(int sock)
 static void test_import_across_processes(void **state)
 {
 	(void)state;
-	int sv[2];
+	int sock;
 	char c;
-
-	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-	pid_t pid = fork();
-	assert_true(pid >= 0);
-	if (!pid) {
-		close(sv[0]);
-		_exit(importer(sv[1]));
-	}
-	close(sv[1]);
+	pid_t pid = fork_importer(importer, &sock);
 
 	/* The home: private memory, an MR in one PD and another in a
 	 * second PD, device memory. */
@@ -297,10 +318,10 @@ static void test_import_across_processes(void **state)
 	assert_int_equal(ibv_memcpy_to_dm(dm, 0, &v, 8), 0);
 	struct home_info h = { a.pd->handle, a.mr->handle, other->handle, dm->handle,
 			       (uintptr_t)a.buf, 0 };
-	send_fd(sv[0], a.ctx->cmd_fd, &h);
+	send_fd(sock, a.ctx->cmd_fd, &h);
 
 	/* A failed importer closes its end: its exit status names the step. */
-	if (read(sv[0], &h, sizeof(h)) != sizeof(h))
+	if (read(sock, &h, sizeof(h)) != sizeof(h))
 		assert_child_ok(pid, "importer");
 	assert_string_equal(a.buf + 1024, "written through the import");
 	assert_string_equal(a.buf + 2048, "read into the home");
@@ -312,15 +333,15 @@ static void test_import_across_processes(void **state)
 	assert_non_null(ipd);
 	assert_int_equal(ipd->handle, h.importer_pd);
 	ibv_unimport_pd(ipd);
-	assert_int_equal(write(sv[0], "y", 1), 1);
-	if (read(sv[0], &c, 1) != 1)
+	assert_int_equal(write(sock, "y", 1), 1);
+	if (read(sock, &c, 1) != 1)
 		assert_child_ok(pid, "importer");
 	assert_child_ok(pid, "importer");
 	assert_int_equal(ibv_dereg_mr(other), 0);
 	assert_int_equal(ibv_free_dm(dm), 0);
 	assert_int_equal(ibv_dealloc_pd(pd2), 0);
 	end_close(&a);
-	close(sv[0]);
+	close(sock);
 }
 
 /* The importer of a home that closes: the home's MRs went with it (their
@@ -337,18 +358,9 @@ static int orphan(int sock)
 
 	if (!mr)
 		return 1;
-	struct end p, bend = { .ctx = b, .pd = pd, .mr = mr };
-	end_open(&p, &rc_default);
-	bend.cq = ibv_create_cq(b, 64, NULL, NULL, 0);
-	struct ibv_qp_init_attr ia = { .send_cq = bend.cq, .recv_cq = bend.cq,
-				       .qp_type = IBV_QPT_RC, .cap = { 16, 16, 2, 2, 0 } };
-	bend.qp = bend.cq ? ibv_create_qp(pd, &ia) : NULL;
-	if (!bend.qp)
+	struct end p, bend;
+	if (!import_pair(b, pd, mr, &p, &bend))
 		return 2;
-	bend.port = p.port;
-	bend.gid = p.gid;
-	connect_qp(bend.qp, &p, p.qp->qp_num, &rc_default);
-	connect_qp(p.qp, &bend, bend.qp->qp_num, &rc_default);
 	if (write(sock, "i", 1) != 1 || read(sock, &c, 1) != 1)
 		return 3;
 	/* The home has closed its context. */
@@ -375,31 +387,23 @@ static int orphan(int sock)
 static void test_home_closes(void **state)
 {
 	(void)state;
-	int sv[2];
+	int sock;
 	char c;
-
-	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-	pid_t pid = fork();
-	assert_true(pid >= 0);
-	if (!pid) {
-		close(sv[0]);
-		_exit(orphan(sv[1]));
-	}
-	close(sv[1]);
+	pid_t pid = fork_importer(orphan, &sock);
 	struct end a;
 	end_open(&a, &rc_default);
 	struct home_info h = { a.pd->handle, a.mr->handle, 0, 0, (uintptr_t)a.buf, 0 };
-	send_fd(sv[0], a.ctx->cmd_fd, &h);
-	if (read(sv[0], &c, 1) != 1)
+	send_fd(sock, a.ctx->cmd_fd, &h);
+	if (read(sock, &c, 1) != 1)
 		assert_child_ok(pid, "importer");
 	/* Closing with everything still in place: the kernel would keep the
 	 * objects for the importer's fd; softverbs' are this process's. */
 	ibv_destroy_qp(a.qp);
 	assert_int_equal(ibv_close_device(a.ctx), 0);
-	assert_int_equal(write(sv[0], "x", 1), 1);
+	assert_int_equal(write(sock, "x", 1), 1);
 	assert_child_ok(pid, "importer");
 	free(a.buf);
-	close(sv[0]);
+	close(sock);
 }
 
 int main(void)

@@ -23,7 +23,7 @@ struct exch {
 	uint64_t addr;
 };
 
-enum op { POST, POST2, PEEK, POLL, DEREG2, SECOND_CONTEXT, RESET, DESTROY, QUIT };
+enum op { POST, POST2, PEEK, POLL, DEREG2, SECOND_CONTEXT, CLOSE_SECOND, RESET, DESTROY, QUIT };
 
 struct cmd {
 	uint32_t op, off, len, n;
@@ -43,6 +43,7 @@ static void receiver(int sock)
 {
 	struct end r;
 	struct cmd c;
+	struct ibv_context *second = NULL;
 	char *buf2 = aligned_alloc(4096, 4096);
 
 	end_open(&r, &rc_default);	/* aligned_alloc: private memory */
@@ -88,7 +89,11 @@ static void receiver(int sock)
 				_exit(4);
 			break;
 		case SECOND_CONTEXT:
-			if (!ibv_open_device(devs[0]))	/* left open: solo ends for good */
+			if (!(second = ibv_open_device(devs[0])))
+				_exit(5);
+			break;
+		case CLOSE_SECOND:
+			if (ibv_close_device(second))
 				_exit(5);
 			break;
 		case RESET: {
@@ -304,8 +309,8 @@ static void test_more_than_slots(void **state)
 }
 
 /* A second context in the receiving process could reach the buffer
- * through keys of its own: opening it places what is pending, and ends
- * deferral there. */
+ * through keys of its own: opening it places what is pending and stops
+ * deferral there; closing it again resumes it. */
 static void test_second_context_places(void **state)
 {
 	(void)state;
@@ -319,6 +324,11 @@ static void test_second_context_places(void **state)
 	assert_string_equal(ask(PEEK, 4096 + 32, 0, 0).data, "after the second");
 	assert_int_equal(ask(POLL, 0, 0, 0).status, IBV_WC_SUCCESS);
 	assert_int_equal(ask(POLL, 0, 0, 0).status, IBV_WC_SUCCESS);
+	ask(CLOSE_SECOND, 0, 0, 0);
+	ask(POST, 4096, 32, 1);
+	send_str("alone again", 32);
+	assert_int_equal(my_bytes(SV_PATH_DEFER) - deferred, 32);
+	assert_string_equal(ask(POLL, 4096, 0, 0).data, "alone again");
 }
 
 int main(void)

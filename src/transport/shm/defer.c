@@ -21,8 +21,9 @@
  *     overrun) still has its slot placed and freed;
  *   - another context of the same process reaches the same memory through
  *     keys of its own, which flushers of this segment do not see: slots
- *     are used only while the process has this one context (`solo`), and
- *     opening a second one places every pending slot first.  An initiator
+ *     are used only while the process has this one context (`solo`):
+ *     opening a second one places every pending slot first, and closing
+ *     back to one resumes.  An initiator
  *     re-reads `solo` after publishing (both sequentially consistent), so
  *     either the opener's flush sees its slot or it sees the opener's
  *     store and places the slot itself.

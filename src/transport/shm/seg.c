@@ -381,17 +381,6 @@ static struct shm_hdr *local_segs[64];
 void sv_seg_register_local(struct shm_hdr *h, bool add)
 {
 	pthread_mutex_lock(&peers_lock);
-	/* Deferred placement needs the process's only context (defer.c):
-	 * a second one ends it for all, placing what is pending first. */
-	bool others = false;
-	for (size_t i = 0; add && i < SV_ARRAY_SIZE(local_segs); i++) {
-		if (!local_segs[i])
-			continue;
-		others = true;
-		sv_defer_solo(local_segs[i], false);
-	}
-	if (add)
-		sv_defer_solo(h, !others);
 	for (size_t i = 0; i < SV_ARRAY_SIZE(local_segs); i++) {
 		if (add && !local_segs[i]) {
 			local_segs[i] = h;
@@ -402,6 +391,21 @@ void sv_seg_register_local(struct shm_hdr *h, bool add)
 			break;
 		}
 	}
+	/* Deferred placement needs the process's only context (defer.c): a
+	 * second one ends it for all, placing what is pending first; when
+	 * one is left again (the others' keys are gone), it resumes. */
+	struct shm_hdr *only = NULL;
+	int n = 0;
+	for (size_t i = 0; i < SV_ARRAY_SIZE(local_segs); i++)
+		if (local_segs[i]) {
+			only = local_segs[i];
+			n++;
+		}
+	for (size_t i = 0; n > 1 && i < SV_ARRAY_SIZE(local_segs); i++)
+		if (local_segs[i])
+			sv_defer_solo(local_segs[i], false);
+	if (n == 1)
+		sv_defer_solo(only, true);
 	pthread_mutex_unlock(&peers_lock);
 }
 

@@ -370,9 +370,9 @@ static uint8_t defer(struct sv_qp *qp, struct sv_target *t, const struct shm_rwq
 		     struct shm_mr *const *held, unsigned flags, const struct iovec *src, int ns,
 		     const struct iovec *riov, uint64_t len)
 {
+	/* sv_defer_put() checks the size and the SGE count. */
 	if (qp->ex.qp_base.qp_type == IBV_QPT_UD || (flags & F_INV) || t->pid == sv_pid() ||
-	    t->mseg != t->seg || sv_config()->copy != SV_COPY_AUTO || len > SHM_DEFER_MAX ||
-	    rw->num_sge > SHM_DEFER_IOV)
+	    t->mseg != t->seg || sv_config()->copy != SV_COPY_AUTO)
 		return 0;
 	for (uint32_t i = 0; i < rw->num_sge; i++)
 		if (held[i] && (held[i]->access & IBV_ACCESS_ON_DEMAND))

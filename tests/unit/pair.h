@@ -135,6 +135,14 @@ static inline struct ibv_wc poll_one(struct ibv_cq *cq)
 	}
 }
 
+/* For a forked peer, which reports failures by exit status: the next
+ * completion succeeded and is wr_id's. */
+static inline bool wc_ok(struct ibv_cq *cq, uint64_t wr_id)
+{
+	struct ibv_wc wc = poll_one(cq);
+	return wc.status == IBV_WC_SUCCESS && wc.wr_id == wr_id;
+}
+
 static inline void assert_cq_empty(struct ibv_cq *cq)
 {
 	struct ibv_wc wc;

@@ -213,6 +213,7 @@ static void test_read_after_send(void **state)
 	assert_string_equal(s.buf + 512, "read after send");
 	struct reply r = ask(POLL, 0, 0, 0);
 	assert_int_equal(r.status, IBV_WC_SUCCESS);
+	assert_int_equal(r.wr_id, 0);
 	assert_int_equal(r.byte_len, 32);
 	assert_string_equal(r.data, "read after send");
 }
@@ -230,6 +231,7 @@ static void test_write_after_send(void **state)
 	assert_int_equal(poll_one(s.cq).status, IBV_WC_SUCCESS);
 	struct reply r = ask(POLL, 64, 0, 0);
 	assert_int_equal(r.status, IBV_WC_SUCCESS);
+	assert_int_equal(r.wr_id, 64);
 	assert_string_equal(r.data, "the write");
 }
 

@@ -183,12 +183,6 @@ static pid_t fork_importer(int (*fn)(int), int *sock)
 	return pid;
 }
 
-static bool wc_ok(struct ibv_cq *cq, uint64_t wr_id)
-{
-	struct ibv_wc wc = poll_one(cq);
-	return wc.status == IBV_WC_SUCCESS && wc.wr_id == wr_id;
-}
-
 /*
  * The importing process: its context on the home's command fd, the home's
  * PD and MR by handle, a QP of its own on that PD, and a peer context of

@@ -66,6 +66,10 @@ struct sv_config {
 	int log_level;			/* SOFTVERBS_LOG */
 	char registry[128];		/* SOFTVERBS_REGISTRY */
 	enum sv_copy_mode { SV_COPY_AUTO, SV_COPY_CMA, SV_COPY_BOUNCE } copy;	/* SOFTVERBS_COPY */
+	/* SOFTVERBS_ASSIST: whether a large CMA copy is split with the
+	 * target's progress thread; `force` makes the target take at least
+	 * one chunk of each (tests). */
+	enum sv_assist_mode { SV_ASSIST_AUTO, SV_ASSIST_OFF, SV_ASSIST_FORCE } assist;
 	char source[256];		/* config file that was read, or "" */
 };
 
@@ -161,13 +165,14 @@ int sv_keytab_rekey(struct sv_keytab *t, uint32_t key, uint32_t new_key);
 
 enum sv_reg_ep_state { SV_EP_FREE, SV_EP_LIVE };
 
-/* How bytes moved: the three paths of docs/architecture.md §4, and
- * memcpy within one process. */
 /* How bytes moved: memcpy in one process, load/store into a peer's
  * mapping, the kernel, the owner's bounce mailbox, or left for the
- * receiver to place (transport/shm/defer.c). */
+ * receiver to place (transport/shm/defer.c).  ASSIST is counted by the
+ * other side: bytes this process's progress thread moved by CMA for a
+ * peer's operation (transport/shm/assist.c), which the peer also counts
+ * as its own CMA bytes. */
 enum sv_copy_path { SV_PATH_LOCAL, SV_PATH_DIRECT, SV_PATH_CMA, SV_PATH_BOUNCE, SV_PATH_DEFER,
-		    SV_COPY_PATHS };
+		    SV_PATH_ASSIST, SV_COPY_PATHS };
 
 struct sv_reg_ep_info {
 	uint32_t index;
@@ -628,6 +633,20 @@ void sv_shm_lock(pthread_mutex_t *m);
 void sv_shm_unlock(pthread_mutex_t *m);
 
 /* transport/shm/copy.c: moving bytes between processes */
+static inline void sv_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ volatile("yield");
+#endif
+}
+
+/* One process_vm_writev (write) or process_vm_readv call, repeated for
+ * what a short transfer left: 0 or an errno. */
+int sv_cma(bool write, int32_t pid, const struct iovec *l, int nl, const struct iovec *r, int nr);
+/* Cuts [off, off + len) out of an iovec list into out; returns its count. */
+int sv_iov_slice(const struct iovec *v, int n, size_t off, size_t len, struct iovec *out);
 /* Copies local -> remote (write) or remote -> local (read), the remote
  * side being memory of the process that owns segment `target`; `own` is
  * the initiator's segment, whose bounce mailbox it serves while it waits.
@@ -649,6 +668,16 @@ uint64_t sv_direct_describe(struct sv_seg *s, const void *addr, size_t len);
 void *sv_direct_map(const struct shm_hdr *seg, const struct shm_mr *m, uint64_t va, uint64_t len);
 /* The owner's side of the bounce path: serves a pending request. */
 void sv_bounce_serve(struct shm_hdr *own);
+
+/* transport/shm/assist.c: large CMA copies split with the target */
+/* Copies as sv_copy_to/from do by CMA, with the target's progress thread
+ * moving part of it; false when the mailbox is busy or the split failed,
+ * and the caller then copies it all itself (the copy is idempotent). */
+bool sv_assist_copy(struct shm_hdr *t, bool write, const struct iovec *l, int nl,
+		    const struct iovec *r, int nr, size_t len);
+/* The target's side: takes chunks of the open job, then polls for the next
+ * one a little while.  Called by the progress thread. */
+void sv_assist_serve(struct shm_hdr *own);
 
 /* engine/comp.c: completions */
 uint64_t sv_now_ns(void);

@@ -170,19 +170,20 @@ static int cmd_status(void)
 		printf(" (%d stale entries of dead processes reclaimed)", reclaimed);
 	printf("\n");
 	if (ne > 0)
-		printf("\n%-8s %-8s %-10s %-5s %14s %14s %14s %14s %14s\n", "ENDPOINT", "PID",
+		printf("\n%-8s %-8s %-10s %-5s %14s %14s %14s %14s %14s %14s\n", "ENDPOINT", "PID",
 		       "DEVICE", "QPS", "LOCAL_BYTES", "DIRECT_BYTES", "CMA_BYTES", "BOUNCE_BYTES",
-		       "RECEIVER_BYTES");
+		       "RECEIVER_BYTES", "ASSIST_BYTES");
 	for (int i = 0; i < ne; i++) {
 		struct sv_device *d = sv_device_at((int)eps[i].dev_index);
-		printf("%-8u %-8d %-10s %-5u %14llu %14llu %14llu %14llu %14llu\n", eps[i].index,
+		printf("%-8u %-8d %-10s %-5u %14llu %14llu %14llu %14llu %14llu %14llu\n", eps[i].index,
 		       eps[i].pid,
 		       d ? d->ibdev.name : "?", eps[i].nqps,
 		       (unsigned long long)eps[i].bytes[SV_PATH_LOCAL],
 		       (unsigned long long)eps[i].bytes[SV_PATH_DIRECT],
 		       (unsigned long long)eps[i].bytes[SV_PATH_CMA],
 		       (unsigned long long)eps[i].bytes[SV_PATH_BOUNCE],
-		       (unsigned long long)eps[i].bytes[SV_PATH_DEFER]);
+		       (unsigned long long)eps[i].bytes[SV_PATH_DEFER],
+		       (unsigned long long)eps[i].bytes[SV_PATH_ASSIST]);
 	}
 	if (nq > 0)
 		printf("\n%-8s %-6s %-6s %-8s %s\n", "QPN", "TYPE", "STATE", "PID", "ENDPOINT");

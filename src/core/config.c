@@ -170,6 +170,19 @@ static bool set_copy(const char *v)
 	return true;
 }
 
+static bool set_assist(const char *v)
+{
+	if (!strcasecmp(v, "auto"))
+		cfg.assist = SV_ASSIST_AUTO;
+	else if (!strcasecmp(v, "off"))
+		cfg.assist = SV_ASSIST_OFF;
+	else if (!strcasecmp(v, "force"))
+		cfg.assist = SV_ASSIST_FORCE;
+	else
+		return false;
+	return true;
+}
+
 static const struct setting settings[] = {
 	{ "devices", set_devices, "0..8" },
 	{ "device_name", set_device_name, "letters, digits, '_' or '-', under 30 characters" },
@@ -181,6 +194,7 @@ static const struct setting settings[] = {
 	{ "log", set_log, "none, error, warn, info, debug or 0..4" },
 	{ "registry", set_registry, "a /dev/shm file name without '/'" },
 	{ "copy", set_copy, "auto, cma or bounce" },
+	{ "assist", set_assist, "auto, off or force" },
 };
 
 /* `where` names the source for messages: a variable, or "file:line key". */

@@ -5,9 +5,11 @@
  * wakes when anyone -- this process or a peer -- rings it, or when the
  * earliest RNR/retry timer is due.  Idle, it costs no CPU.
  *
- * On each wake it delivers what peers left in the segment: completion
- * events for armed CQs, CQ overruns, SRQ limit events, and QPs a peer's
- * request moved to ERR; then it retries send queues whose timers expired.
+ * On each wake it first takes its part of a peer's large copy (assist.c)
+ * and serves the bounce mailbox; then it delivers what peers left in the
+ * segment: completion events for armed CQs, CQ overruns, SRQ limit
+ * events, and QPs a peer's request moved to ERR; then it retries send
+ * queues whose timers expired.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -60,7 +62,9 @@ static void *progress_main(void *arg)
 		if (atomic_load(&c->stopping))
 			break;
 		uint64_t next = UINT64_MAX;
-		/* Copies a peer bounces through us come first: the peer waits. */
+		/* Copies a peer bounces through us or shares with us come
+		 * first: the peer waits. */
+		sv_assist_serve(h);
 		sv_bounce_serve(h);
 		sv_owner_serve(c);
 		deliver(c, &next);

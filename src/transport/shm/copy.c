@@ -6,6 +6,8 @@
  * process_vm_readv call (CMA), which the kernel performs as a single copy
  * between the two address spaces.  A short transfer is progress, not
  * failure: the call is repeated for the rest (as UCX's uct_cma does).
+ * A large CMA copy is shared with the target's progress thread
+ * (assist.c), so that two cores move it.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -55,7 +57,7 @@ static void iov_advance(struct iovec **v, int *n, size_t bytes)
 	}
 }
 
-static int cma(bool write, int32_t pid, const struct iovec *l, int nl, const struct iovec *r, int nr)
+int sv_cma(bool write, int32_t pid, const struct iovec *l, int nl, const struct iovec *r, int nr)
 {
 	struct iovec lv[SV_MAX_SGE + 2], rv[SV_MAX_SGE + 2];
 	struct iovec *lp = lv, *rp = rv;
@@ -156,8 +158,7 @@ static int bounce_chunk(struct shm_hdr *t, struct shm_hdr *own, bool write,
 	return 0;
 }
 
-/* Cuts [off, off + len) out of an iovec list. */
-static int iov_slice(const struct iovec *v, int n, size_t off, size_t len, struct iovec *out)
+int sv_iov_slice(const struct iovec *v, int n, size_t off, size_t len, struct iovec *out)
 {
 	int k = 0;
 
@@ -188,7 +189,7 @@ static int bounce(struct shm_hdr *t, struct shm_hdr *own, bool write, const stru
 	sv_shm_lock(&b->lock);
 	for (size_t off = 0; off < total && !err; off += SHM_BOUNCE_CHUNK) {
 		size_t len = total - off < SHM_BOUNCE_CHUNK ? total - off : SHM_BOUNCE_CHUNK;
-		int a = iov_slice(l, nl, off, len, ls), c = iov_slice(r, nr, off, len, rs);
+		int a = sv_iov_slice(l, nl, off, len, ls), c = sv_iov_slice(r, nr, off, len, rs);
 		err = bounce_chunk(t, own, write, ls, a, rs, c, len);
 	}
 	sv_shm_unlock(&b->lock);
@@ -241,7 +242,13 @@ static int move(bool write, struct shm_hdr *t, struct shm_hdr *own, const struct
 			count(own, SV_PATH_BOUNCE, l, nl);
 		return err;
 	}
-	err = cma(write, t->pid, l, nl, r, nr);
+	size_t len = iov_len(l, nl);
+	if (len >= SHM_ASSIST_MIN && own && t->pid != sv_pid() &&
+	    sv_config()->assist != SV_ASSIST_OFF && sv_assist_copy(t, write, l, nl, r, nr, len)) {
+		count(own, SV_PATH_CMA, l, nl);
+		return 0;
+	}
+	err = sv_cma(write, t->pid, l, nl, r, nr);
 	if ((err == EPERM || err == ENOSYS) && mode == SV_COPY_AUTO && t->pid != sv_pid() && own) {
 		sv_dbg("CMA into pid %d refused (%s); using the bounce path", (int)t->pid,
 		       sv_errno_name(err));

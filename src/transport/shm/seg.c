@@ -35,15 +35,6 @@ void sv_shm_mutex_init(pthread_mutex_t *m)
 	pthread_mutexattr_destroy(&ma);
 }
 
-static inline void sv_cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#elif defined(__aarch64__)
-	__asm__ volatile("yield");
-#endif
-}
-
 void sv_shm_lock(pthread_mutex_t *m)
 {
 	int r = EBUSY;
@@ -101,6 +92,8 @@ static uint64_t shm_layout(struct shm_hdr *h)
 	off = align_up(off + sizeof(struct shm_owner));
 	h->defer_off = off;
 	off = align_up(off + sizeof(struct shm_defer));
+	h->assist_off = off;
+	off = align_up(off + sizeof(struct shm_assist));
 	h->bounce_off = off;
 	off = align_up(off + sizeof(struct shm_bounce));
 	off = (off + 4095) & ~4095ull;
@@ -145,6 +138,7 @@ int sv_seg_create(struct sv_seg *s, uint32_t ep, uint32_t dev_index)
 	sv_shm_mutex_init(&h->atomic_lock);
 	sv_shm_mutex_init(&((struct shm_bounce *)shm_at(h, h->bounce_off))->lock);
 	sv_shm_mutex_init(&((struct shm_owner *)shm_at(h, h->owner_off))->lock);
+	sv_shm_mutex_init(&((struct shm_assist *)shm_at(h, h->assist_off))->lock);
 	pthread_mutex_init(&s->lock, NULL);
 	s->h = h;
 	h->magic = SHM_MAGIC;

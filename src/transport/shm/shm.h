@@ -5,7 +5,7 @@
  * locate objects by offsets from the segment base, never by pointers.
  *
  *   header | MR table | MR holders | PD table | QPN directory | owner
- *   mailbox | deferred placements | bounce | heap
+ *   mailbox | deferred placements | assist | bounce | heap
  *
  * The owner creates and lays out the segment (shm_layout()), then stores
  * `ready` last with release; a peer maps it, loads `ready` with acquire and
@@ -38,7 +38,7 @@
 #include <stdint.h>
 
 #define SHM_MAGIC	0x4d485653u	/* "SVHM" */
-#define SHM_VERSION	5u
+#define SHM_VERSION	6u
 #define SHM_SEG_SIZE	(256ull << 20)	/* sparse: only touched pages cost memory */
 #define SHM_ALIGN	64u
 
@@ -365,6 +365,39 @@ struct shm_defer {
 	_Alignas(64) struct shm_defer_slot slot[SHM_DEFER_SLOTS];
 };
 
+/*
+ * The assist mailbox (transport/shm/assist.c): a large copy between an
+ * initiator and this process's private memory, split with this context's
+ * progress thread so that both processes' cores move bytes.  One job at a
+ * time (lock, taken with trylock: a busy mailbox means copying alone).
+ * The initiator writes the job, then publishes it by storing `claim`
+ * (seq_cst: it also pairs with the load of `lingering`); from then on both
+ * sides claim chunks with a compare-and-swap on `claim`, which carries the
+ * job number, so a chunk is claimed only while its job is open.  The
+ * helper counts each finished chunk in `done` (compare-and-swap on the job
+ * number, release); the initiator closes the job by moving `claim` to the
+ * end, waits until `done` counts every chunk the helper claimed (acquire),
+ * and only then lets go of the memory.
+ */
+#define SHM_ASSIST_CHUNK	(128u << 10)
+#define SHM_ASSIST_MIN		(2 * SHM_ASSIST_CHUNK)
+#define SHM_ASSIST_IOV		(32 + 2)
+#define SHM_ASSIST_FAILED	(1ull << 31)	/* in `done`: a helper chunk failed */
+
+struct shm_assist {
+	pthread_mutex_t lock;		/* robust, process-shared */
+	_Atomic uint32_t refused;	/* this process may not copy into peers: no jobs */
+	_Alignas(64) _Atomic uint64_t claim;	/* job << 32 | next unclaimed chunk */
+	_Alignas(64) _Atomic uint64_t done;	/* job << 32 | FAILED | chunks the helper finished */
+	_Alignas(64) _Atomic uint32_t lingering;	/* the helper is polling `claim` */
+	_Alignas(64) int32_t pid;	/* the initiator */
+	uint32_t write;			/* 1: initiator memory -> this process's memory */
+	uint32_t nchunks, nl, nr;
+	uint32_t force;			/* SOFTVERBS_ASSIST=force: the helper dawdles */
+	struct { uint64_t addr, len; } l[SHM_ASSIST_IOV];	/* the initiator's side */
+	struct { uint64_t addr, len; } r[SHM_ASSIST_IOV];	/* this process's side */
+};
+
 struct shm_hdr {
 	uint32_t magic, version;
 	uint64_t size;
@@ -395,6 +428,7 @@ struct shm_hdr {
 	uint64_t bounce_off;		/* struct shm_bounce */
 	uint64_t owner_off;		/* struct shm_owner */
 	uint64_t defer_off;		/* struct shm_defer */
+	uint64_t assist_off;		/* struct shm_assist */
 	_Atomic uint32_t ready;		/* stored last (release) */
 };
 

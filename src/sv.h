@@ -675,8 +675,14 @@ void sv_bounce_serve(struct shm_hdr *own);
  * and the caller then copies it all itself (the copy is idempotent). */
 bool sv_assist_copy(struct shm_hdr *t, bool write, const struct iovec *l, int nl,
 		    const struct iovec *r, int nr, size_t len);
-/* The target's side: takes chunks of the open job, then polls for the next
- * one a little while.  Called by the progress thread. */
+/* An 8-byte FETCH_ADD or CMP_SWP at addr (the target's address) answered by
+ * the target's progress thread while it lingers after recent work; the
+ * caller holds t's atomic_lock.  false: do it by CMA (the helper was not
+ * polling, or did not take it in time). */
+bool sv_assist_atomic(struct shm_hdr *t, enum ibv_wr_opcode op, void *addr, uint64_t compare_add,
+		      uint64_t swap, uint64_t *old);
+/* The target's side: takes chunks of the open job and atomics, then polls
+ * for more a little while.  Called by the progress thread. */
 void sv_assist_serve(struct shm_hdr *own);
 
 /* engine/comp.c: completions */

@@ -495,6 +495,22 @@ static bool misaligned(const struct sv_swqe *w)
 	return true;
 }
 
+/* An atomic on another process's private memory, by that process's own
+ * thread when it is polling for work (transport/shm/assist.c): a line each
+ * way instead of two system calls.  Not through a window, nor on ODP
+ * memory (the thread's CPU atomic would fault where a copy fails), nor
+ * when a copy path is forced. */
+static bool helper_atomic(const struct sv_swqe *w, const struct sv_target *t,
+			  const struct shm_mr *mr, void *addr, uint64_t *old)
+{
+	const struct sv_config *c = sv_config();
+
+	if (t->pid == sv_pid() || mr->kind != SHM_KIND_MR || (mr->access & IBV_ACCESS_ON_DEMAND) ||
+	    c->copy != SV_COPY_AUTO || c->assist == SV_ASSIST_OFF)
+		return false;
+	return sv_assist_atomic(t->mseg, w->opcode, addr, w->compare_add, w->swap, old);
+}
+
 static enum sv_result do_atomic(struct sv_qp *qp, struct sv_swqe *w, struct sv_target *t,
 				struct iovec *liov, uint64_t len)
 {
@@ -518,11 +534,12 @@ static enum sv_result do_atomic(struct sv_qp *qp, struct sv_swqe *w, struct sv_t
 	sv_shm_lock(&t->mseg->atomic_lock);
 	struct shm_hdr *own = qp->ctx->seg.h;
 	int err = 0;
+	bool done = false;
 	if (t->mapped)
 		sv_copy_mapped(own, false, &ov, 1, &rv, 1);
-	else
+	else if (!(done = helper_atomic(w, t, mr, addr, &old)))
 		err = sv_copy_from(t->mseg, own, &ov, 1, &rv, 1);
-	if (!err) {
+	if (!err && !done) {
 		if (w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)
 			new = old + w->compare_add;
 		else

@@ -2,12 +2,14 @@
 /*
  * Memory regions.  softverbs pins nothing -- no page is locked, so
  * RLIMIT_MEMLOCK never matters -- but registration still proves the range
- * is mapped (EFAULT otherwise, as get_user_pages would), checks the access
+ * is mapped -- and writable when the access lets anything write -- (EFAULT
+ * otherwise, as get_user_pages would), checks the access
  * flags as the spec says, and hands out an lkey/rkey from the context's
  * key table.  Deregistration revokes the key before it returns.
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sched.h>
@@ -157,7 +159,49 @@ static void mr_revoke(struct sv_mr *mr)
 	sv_defer_flush(h, h);
 }
 
-static int check_range(void *addr, size_t length, const char *verb)
+/* ib_umem_get pins with FOLL_WRITE whenever the access lets anything
+ * write (ib_access_writable), and get_user_pages then fails with EFAULT on
+ * a page mapped without write permission.  Here it also keeps a peer's
+ * write, or the target's own thread answering an atomic (assist.c), from
+ * meeting a read-only page. */
+static bool writes(int access)
+{
+	return access & (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+			 IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND);
+}
+
+static bool range_writable(const void *addr, size_t len)
+{
+	FILE *f = fopen("/proc/self/maps", "re");
+	uintptr_t at = (uintptr_t)addr, end = at + len;
+	char *line = NULL;
+	size_t cap = 0;
+
+	if (!f)
+		return true;	/* cannot tell: the copies fail cleanly */
+	while (at < end && getline(&line, &cap, f) > 0) {
+		unsigned long lo, hi;
+		char perms[5];
+		if (sscanf(line, "%lx-%lx %4s", &lo, &hi, perms) != 3 || hi <= at)
+			continue;
+		if (lo > at || perms[1] != 'w')
+			break;
+		at = hi;
+	}
+	free(line);
+	fclose(f);
+	return at >= end;
+}
+
+static int check_writable(void *addr, size_t length, int access, const char *verb)
+{
+	if (writes(access) && !(access & IBV_ACCESS_ON_DEMAND) && !range_writable(addr, length))
+		return sv_fail(EFAULT, verb, "[%p, +%zu) is not all writable memory, and access 0x%x "
+			       "lets it be written", addr, length, (unsigned)access);
+	return 0;
+}
+
+static int check_range(void *addr, size_t length, int access, const char *verb)
 {
 	if (!length)
 		return sv_fail(EINVAL, verb, "length is 0");
@@ -165,7 +209,7 @@ static int check_range(void *addr, size_t length, const char *verb)
 		return sv_fail(EINVAL, verb, "addr %p + length %zu wraps around", addr, length);
 	if (!range_mapped(addr, length))
 		return sv_fail(EFAULT, verb, "[%p, +%zu) is not all mapped memory", addr, length);
-	return 0;
+	return check_writable(addr, length, access, verb);
 }
 
 static int check_access(int access, const char *verb)
@@ -203,7 +247,7 @@ SV_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t 
 				ret = sv_fail(EINVAL, verb, "addr %p length %zu is not a range", addr,
 					      length);
 		} else {
-			ret = check_range(addr, length, verb);
+			ret = check_range(addr, length, (int)access, verb);
 		}
 	}
 	if (ret)
@@ -354,7 +398,11 @@ SV_EXPORT int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd, vo
 		return REREG_ERR_INPUT;
 	if ((flags & IBV_REREG_MR_CHANGE_ACCESS) && check_access(access, verb))
 		return REREG_ERR_CMD;
-	if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && check_range(addr, length, verb))
+	int eff = flags & IBV_REREG_MR_CHANGE_ACCESS ? access : (int)mr->access;
+	if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && check_range(addr, length, eff, verb))
+		return REREG_ERR_CMD;
+	if (!(flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (flags & IBV_REREG_MR_CHANGE_ACCESS) &&
+	    check_writable(ibmr->addr, ibmr->length, eff, verb))
 		return REREG_ERR_CMD;
 	/* Every check passed: apply all changes, none partially, with the
 	 * key revoked meanwhile so that no peer sees half of them. */

@@ -9,6 +9,7 @@
  * across SGE boundaries on both sides.
  */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <stdio.h>
 #include <sys/socket.h>
 
@@ -21,6 +22,7 @@
 
 struct exch {
 	uint32_t qpn, rkey;
+	uint32_t qpn2;		/* the target's second QP, for a second initiator */
 	uint16_t lid;
 	union ibv_gid gid;
 	uint64_t addr;
@@ -67,14 +69,19 @@ static void target(int sock)
 	end_open(&t, &rc_default);
 	memset(mem, 0, REGION);
 	struct ibv_mr *mr = ibv_reg_mr(t.pd, mem, REGION, ALL_ACCESS);
-	struct exch me = { t.qp->qp_num, mr ? mr->rkey : 0, t.port.lid, t.gid, (uintptr_t)mem };
+	struct ibv_qp_init_attr ia = { .send_cq = t.cq, .recv_cq = t.cq, .qp_type = IBV_QPT_RC,
+				       .cap = { 4, 4, 1, 1, 0 } };
+	struct ibv_qp *q2 = ibv_create_qp(t.pd, &ia);
+	struct exch me = { t.qp->qp_num, mr ? mr->rkey : 0, q2 ? q2->qp_num : 0, t.port.lid, t.gid,
+			   (uintptr_t)mem };
 	struct exch peer;
-	if (!mr || write(sock, &me, sizeof(me)) != sizeof(me) ||
+	if (!mr || !q2 || write(sock, &me, sizeof(me)) != sizeof(me) ||
 	    read(sock, &peer, sizeof(peer)) != sizeof(peer))
 		_exit(2);
 	struct end as_peer = { .port = t.port, .gid = peer.gid };
 	as_peer.port.lid = peer.lid;
 	connect_qp(t.qp, &as_peer, peer.qpn, &rc_default);
+	connect_qp(q2, &as_peer, peer.qpn2, &rc_default);
 	while (read(sock, &c, sizeof(c)) == sizeof(c)) {
 		struct reply rep = { -1, 0 };
 		switch (c.op) {
@@ -101,7 +108,7 @@ static void target(int sock)
 
 static int sock;
 static pid_t tpid;
-static struct end s;
+static struct end s, s2;
 static struct exch x;
 static char *big;
 static struct ibv_mr *big_mr;
@@ -131,15 +138,18 @@ static int setup(void **state)
 	close(sp[1]);
 	sock = sp[0];
 	end_open(&s, &rc_default);
+	end_open(&s2, &rc_default);
 	big = aligned_alloc(4096, REGION);
 	big_mr = ibv_reg_mr(s.pd, big, REGION, ALL_ACCESS);
 	assert_non_null(big_mr);
 	assert_int_equal(read(sock, &x, sizeof(x)), sizeof(x));
-	struct exch me = { s.qp->qp_num, s.mr->rkey, s.port.lid, s.gid, (uintptr_t)s.buf };
+	struct exch me = { s.qp->qp_num, s.mr->rkey, s2.qp->qp_num, s.port.lid, s.gid,
+			   (uintptr_t)s.buf };
 	assert_int_equal(write(sock, &me, sizeof(me)), sizeof(me));
 	struct end peer = { .port = s.port, .gid = x.gid };
 	peer.port.lid = x.lid;
 	connect_qp(s.qp, &peer, x.qpn, &rc_default);
+	connect_qp(s2.qp, &peer, x.qpn2, &rc_default);
 	return 0;
 }
 
@@ -153,6 +163,7 @@ static int teardown(void **state)
 	ibv_dereg_mr(big_mr);
 	free(big);
 	end_close(&s);
+	end_close(&s2);
 	close(sock);
 	return 0;
 }
@@ -265,6 +276,83 @@ static void test_small_alone(void **state)
 	assert_int_equal(r.assisted, before);
 }
 
+/* Atomics answered by the target's thread (every one, in force mode):
+ * two initiators, each in its own thread and context, add to one counter;
+ * every value a FETCH_ADD returned is distinct and the sum is exact. */
+#define ADDS	2000
+#define COUNTER	(REGION - 64)
+
+struct adder {
+	struct end *e;
+	uint64_t *seen;		/* ADDS values FETCH_ADD returned */
+};
+
+static void *add_many(void *arg)
+{
+	struct adder *d = arg;
+
+	for (int i = 0; i < ADDS; i++) {
+		if (post(d->e, IBV_WR_ATOMIC_FETCH_AND_ADD, d->e->buf, 8, d->e->mr->lkey,
+			 x.addr + COUNTER, x.rkey, (uint64_t)i, IBV_SEND_SIGNALED))
+			return "post";
+		struct ibv_wc wc = poll_one(d->e->cq);
+		if (wc.status != IBV_WC_SUCCESS)
+			return "status";
+		memcpy(&d->seen[i], d->e->buf, 8);
+	}
+	return NULL;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x1 = *(const uint64_t *)a, x2 = *(const uint64_t *)b;
+
+	return x1 < x2 ? -1 : x1 > x2;
+}
+
+static void test_atomics(void **state)
+{
+	(void)state;
+	uint64_t *seen = calloc(2 * ADDS, sizeof(*seen)), v;
+	struct adder d[2] = { { &s, seen }, { &s2, seen + ADDS } };
+	pthread_t th;
+	uint64_t before = ask(CHECK, 0, 0, 0).assisted;
+
+	assert_int_equal(pthread_create(&th, NULL, add_many, &d[1]), 0);
+	assert_null(add_many(&d[0]));
+	void *r;
+	assert_int_equal(pthread_join(th, &r), 0);
+	assert_null(r);
+	qsort(seen, 2 * ADDS, sizeof(*seen), cmp_u64);
+	for (uint64_t i = 0; i < 2 * ADDS; i++)
+		assert_int_equal(seen[i], i);
+	/* CMP_SWP that fails and one that succeeds: each returns the value
+	 * it found; a READ sees the swap. */
+	struct ibv_sge sge = { (uintptr_t)s.buf, 8, s.mr->lkey };
+	struct ibv_send_wr wr = { .wr_id = 9, .sg_list = &sge, .num_sge = 1,
+				  .opcode = IBV_WR_ATOMIC_CMP_AND_SWP, .send_flags = IBV_SEND_SIGNALED },
+			   *bad;
+	wr.wr.atomic.remote_addr = x.addr + COUNTER;
+	wr.wr.atomic.rkey = x.rkey;
+	uint64_t tries[2][2] = { { 7, 70 }, { 2 * ADDS, 77 } };
+	for (int i = 0; i < 2; i++) {
+		wr.wr.atomic.compare_add = tries[i][0];
+		wr.wr.atomic.swap = tries[i][1];
+		assert_int_equal(ibv_post_send(s.qp, &wr, &bad), 0);
+		assert_int_equal(poll_one(s.cq).status, IBV_WC_SUCCESS);
+		memcpy(&v, s.buf, 8);
+		assert_int_equal(v, 2 * ADDS);
+	}
+	assert_int_equal(post(&s, IBV_WR_RDMA_READ, s.buf, 8, s.mr->lkey, x.addr + COUNTER, x.rkey,
+			      10, IBV_SEND_SIGNALED), 0);
+	assert_int_equal(poll_one(s.cq).status, IBV_WC_SUCCESS);
+	memcpy(&v, s.buf, 8);
+	assert_int_equal(v, 77);
+	/* Every one of them by the target's thread. */
+	assert_int_equal(ask(CHECK, 0, 0, 0).assisted - before, 8 * (2 * ADDS + 2));
+	free(seen);
+}
+
 /* A target the kernel will not let copy into peers: its chunk fails, the
  * initiator copies the operation again alone, and no later operation
  * waits for it. */
@@ -294,6 +382,7 @@ int main(void)
 		cmocka_unit_test(test_write),
 		cmocka_unit_test(test_read),
 		cmocka_unit_test(test_small_alone),
+		cmocka_unit_test(test_atomics),
 		cmocka_unit_test(test_target_refused),
 	};
 	int r = cmocka_run_group_tests(tests, setup, teardown);

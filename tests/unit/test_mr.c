@@ -134,6 +134,39 @@ static void test_unmapped_is_efault(void **state)
 	munmap(m + 2 * pg, (size_t)pg);
 }
 
+/* ib_umem_get pins with FOLL_WRITE for any access that lets the MR be
+ * written: a read-only page is EFAULT then, and fine for read-only access
+ * (also through rereg, both ways in). */
+static void test_read_only_pages(void **state)
+{
+	struct fix *f = *state;
+	long pg = sysconf(_SC_PAGESIZE);
+	char *m = mmap(NULL, (size_t)pg * 3, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	static const int writing[] = { LW, LW | RW, LW | RA, LW | IBV_ACCESS_MW_BIND };
+
+	assert_true(m != MAP_FAILED);
+	assert_int_equal(mprotect(m + pg, (size_t)pg, PROT_READ), 0);	/* the middle page */
+	for (size_t i = 0; i < SV_ARRAY_LEN(writing); i++) {
+		errno = 0;
+		assert_null(ibv_reg_mr(f->pd, m, (size_t)pg * 3, writing[i]));
+		assert_int_equal(errno, EFAULT);
+	}
+	struct ibv_mr *ro = ibv_reg_mr(f->pd, m, (size_t)pg * 3, RR);
+	assert_non_null(ro);
+	assert_int_equal(ibv_rereg_mr(ro, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, LW), IBV_REREG_MR_ERR_CMD);
+	struct ibv_mr *rw = ibv_reg_mr(f->pd, m + 2 * pg, (size_t)pg, LW);
+	assert_non_null(rw);
+	assert_int_equal(ibv_rereg_mr(rw, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, m, (size_t)pg * 2, 0),
+			 IBV_REREG_MR_ERR_CMD);
+	/* An ODP MR proves nothing at registration. */
+	struct ibv_mr *odp = ibv_reg_mr(f->pd, m, (size_t)pg * 3, LW | IBV_ACCESS_ON_DEMAND);
+	assert_non_null(odp);
+	assert_int_equal(ibv_dereg_mr(odp), 0);
+	assert_int_equal(ibv_dereg_mr(rw), 0);
+	assert_int_equal(ibv_dereg_mr(ro), 0);
+	munmap(m, (size_t)pg * 3);
+}
+
 static void test_large_mr_no_pinning(void **state)
 {
 	struct fix *f = *state;
@@ -266,6 +299,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_keys_go_stale, fix_setup, fix_teardown),
 		cmocka_unit_test(test_keytab_reuse_order),
 		cmocka_unit_test_setup_teardown(test_unmapped_is_efault, fix_setup, fix_teardown),
+		cmocka_unit_test_setup_teardown(test_read_only_pages, fix_setup, fix_teardown),
 		cmocka_unit_test_setup_teardown(test_large_mr_no_pinning, fix_setup, fix_teardown),
 		cmocka_unit_test_setup_teardown(test_odp, fix_setup, fix_teardown),
 		cmocka_unit_test_setup_teardown(test_parent_domain, fix_setup, fix_teardown),

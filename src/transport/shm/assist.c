@@ -35,7 +35,10 @@
 
 #include "../../sv.h"
 
-#define ASSIST_LINGER_NS	50000ull
+#define ASSIST_LINGER_NS	50000ull	/* a helper polls this long after its last work */
+#define ASSIST_PICKUP_NS	5000ull		/* an atomic waits this long to be taken */
+#define ASSIST_BACKOFF_NS	1000000ull	/* then atomics go by CMA this long */
+#define ASSIST_FORCE_WAIT_NS	1000000000ull	/* SOFTVERBS_ASSIST=force: for the tests */
 #define JOB(w)		((uint32_t)((w) >> 32))
 #define CHUNKS(w)	((uint32_t)((w) & (SHM_ASSIST_FAILED - 1)))
 /* A claim index past any job's chunks: the job is closed, or being written. */
@@ -257,15 +260,43 @@ static bool job_open(struct shm_assist *a)
 	return JOB(w) && (uint32_t)w != CLOSED && (uint32_t)w < a->nchunks;
 }
 
+/* An atomic posted by an initiator, answered with a CPU atomic on our own
+ * memory.  The initiator checked the rkey (an MR, not ODP, registered
+ * writable: mr.c) and holds it. */
+static bool serve_atomic(struct shm_hdr *own, struct shm_assist *a)
+{
+	uint32_t s = SHM_ASSIST_POSTED;
+
+	/* seq_cst: the helper's half of the initiator's store-load pair. */
+	if (atomic_load_explicit(&a->astate, memory_order_seq_cst) != SHM_ASSIST_POSTED ||
+	    !atomic_compare_exchange_strong_explicit(&a->astate, &s, SHM_ASSIST_TAKEN,
+						     memory_order_acquire, memory_order_relaxed))
+		return false;
+	uint64_t *p = (uint64_t *)(uintptr_t)a->aaddr, old = a->acompare_add;
+	if (a->aop == IBV_WR_ATOMIC_FETCH_AND_ADD)
+		old = __atomic_fetch_add(p, a->acompare_add, __ATOMIC_SEQ_CST);
+	else	/* on failure `old` becomes the value found: either way, the value before */
+		__atomic_compare_exchange_n(p, &old, a->aswap, false, __ATOMIC_SEQ_CST,
+					    __ATOMIC_SEQ_CST);
+	a->aold = old;
+	sv_reg_count_bytes(own->ep, SV_PATH_ASSIST, 8);
+	/* Pairs with the initiator's acquire load of DONE. */
+	atomic_store_explicit(&a->astate, SHM_ASSIST_DONE, memory_order_release);
+	return true;
+}
+
 void sv_assist_serve(struct shm_hdr *own)
 {
 	struct shm_assist *a = mailbox(own);
+	bool kicked = atomic_exchange_explicit(&a->kick, 0, memory_order_relaxed);
 
-	if (!serve(own, a))
+	if (!serve(own, a) && !serve_atomic(own, a) && !kicked)
 		return;
 	atomic_store_explicit(&a->lingering, 1, memory_order_seq_cst);
 	for (uint64_t start = sv_now_ns(), i = 0;; i++) {
-		if (serve(own, a)) {
+		bool any = serve(own, a);
+		any |= serve_atomic(own, a);
+		if (any) {
 			start = sv_now_ns();
 			continue;
 		}
@@ -277,4 +308,68 @@ void sv_assist_serve(struct shm_hdr *own)
 	atomic_store_explicit(&a->lingering, 0, memory_order_seq_cst);
 	if (job_open(a))
 		serve(own, a);
+	serve_atomic(own, a);	/* posted as we stopped */
+}
+
+bool sv_assist_atomic(struct shm_hdr *t, enum ibv_wr_opcode op, void *addr, uint64_t compare_add,
+		      uint64_t swap, uint64_t *old)
+{
+	struct shm_assist *a = mailbox(t);
+	uint64_t now = sv_now_ns();
+	bool stream = now - a->last_atomic_ns < ASSIST_LINGER_NS;
+	/* The tests' setting: every atomic goes to the helper. */
+	bool force = sv_config()->assist == SV_ASSIST_FORCE;
+	uint64_t pickup = force ? ASSIST_FORCE_WAIT_NS : ASSIST_PICKUP_NS;
+
+	a->last_atomic_ns = now;
+	if (now < a->backoff_until_ns)
+		return false;
+	a->aop = op;
+	a->aaddr = (uintptr_t)addr;
+	a->acompare_add = compare_add;
+	a->aswap = swap;
+	/* Publishes the request (the helper's acquire compare-and-swap), and
+	 * with the load of `lingering` after it is a store-load pair with the
+	 * helper's store of lingering = 0 and its last look at astate: a
+	 * request posted as the helper stops is taken or seen untaken. */
+	atomic_store_explicit(&a->astate, SHM_ASSIST_POSTED, memory_order_seq_cst);
+	if (!atomic_load_explicit(&a->lingering, memory_order_seq_cst)) {
+		/* A second atomic within the linger time: more are likely,
+		 * so have the helper wait for them.  A lone one never wakes
+		 * the target. */
+		if (stream || force) {
+			atomic_store_explicit(&a->kick, 1, memory_order_relaxed);
+			sv_seg_ring(t);
+		}
+		uint32_t p = SHM_ASSIST_POSTED;
+		if (!force && atomic_compare_exchange_strong_explicit(&a->astate, &p, SHM_ASSIST_IDLE,
+								      memory_order_relaxed,
+								      memory_order_relaxed))
+			return false;
+	}
+	for (uint64_t i = 1;; i++) {
+		uint32_t s = atomic_load_explicit(&a->astate, memory_order_acquire);
+		if (s == SHM_ASSIST_DONE) {
+			*old = a->aold;
+			atomic_store_explicit(&a->astate, SHM_ASSIST_IDLE, memory_order_relaxed);
+			return true;
+		}
+		sv_cpu_relax();
+		if (i % 64)
+			continue;
+		if (s == SHM_ASSIST_POSTED && sv_now_ns() - now > pickup) {
+			/* The helper stopped, or lost its core: take it back,
+			 * and leave the helper alone for a while. */
+			uint32_t p = SHM_ASSIST_POSTED;
+			if (atomic_compare_exchange_strong_explicit(&a->astate, &p, SHM_ASSIST_IDLE,
+								    memory_order_relaxed,
+								    memory_order_relaxed)) {
+				a->backoff_until_ns = sv_now_ns() + ASSIST_BACKOFF_NS;
+				return false;
+			}
+		}
+		/* Taken: the answer comes unless the target died. */
+		if (i % (1u << 16) == 0 && !sv_proc_alive(t->pid, 0))
+			return false;
+	}
 }

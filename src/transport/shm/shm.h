@@ -378,7 +378,18 @@ struct shm_defer {
  * number, release); the initiator closes the job by moving `claim` to the
  * end, waits until `done` counts every chunk the helper claimed (acquire),
  * and only then lets go of the memory.
+ *
+ * The same helper answers atomics while it lingers after a job (polling
+ * for the next): an initiator holding the segment's atomic_lock writes a
+ * request and `astate` = POSTED (release) on one line; the helper takes
+ * it (POSTED -> TAKEN, compare-and-swap), performs it with a CPU atomic on
+ * its own memory, writes `aold` and `astate` = DONE (release); the
+ * initiator loads DONE (acquire), reads `aold`, and stores IDLE.  An
+ * initiator that sees no pickup in time takes the request back (POSTED ->
+ * IDLE) and uses CMA.  `kick` asks a sleeping helper to linger.
  */
+enum shm_assist_astate { SHM_ASSIST_IDLE, SHM_ASSIST_POSTED, SHM_ASSIST_TAKEN, SHM_ASSIST_DONE };
+
 #define SHM_ASSIST_CHUNK	(128u << 10)
 #define SHM_ASSIST_MIN		(2 * SHM_ASSIST_CHUNK)
 #define SHM_ASSIST_IOV		(32 + 2)
@@ -389,7 +400,16 @@ struct shm_assist {
 	_Atomic uint32_t refused;	/* this process may not copy into peers: no jobs */
 	_Alignas(64) _Atomic uint64_t claim;	/* job << 32 | next unclaimed chunk */
 	_Alignas(64) _Atomic uint64_t done;	/* job << 32 | FAILED | chunks the helper finished */
-	_Alignas(64) _Atomic uint32_t lingering;	/* the helper is polling `claim` */
+	_Alignas(64) _Atomic uint32_t lingering;	/* the helper is polling for work */
+	_Atomic uint32_t kick;		/* an initiator asks the helper to linger */
+	/* Atomics: the request, its state and its answer share a line. */
+	_Alignas(64) _Atomic uint32_t astate;	/* enum shm_assist_astate */
+	uint32_t aop;			/* IBV_WR_ATOMIC_FETCH_AND_ADD or _CMP_AND_SWP */
+	uint64_t aaddr, acompare_add, aswap;
+	uint64_t aold;			/* the value before, written before DONE */
+	/* Initiators' bookkeeping, under the segment's atomic_lock. */
+	_Alignas(64) uint64_t last_atomic_ns;	/* when the latest atomic came */
+	uint64_t backoff_until_ns;	/* a request went untaken: CMA until then */
 	_Alignas(64) int32_t pid;	/* the initiator */
 	uint32_t write;			/* 1: initiator memory -> this process's memory */
 	uint32_t nchunks, nl, nr;

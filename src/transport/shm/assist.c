@@ -8,11 +8,11 @@
  * faster (UCX's CMA transport makes the same call).  The target process
  * has a core too, and a thread of ours on it: its progress thread.  So an
  * initiator with at least SHM_ASSIST_MIN bytes to move cuts them into
- * chunks, offers them in the target's assist mailbox (struct shm_assist)
- * and copies chunks itself while the target's progress thread takes
- * others, each side with its own CMA call (the target's reads from or
- * writes into the initiator, which allows that: PR_SET_PTRACER in
- * context.c).  Whoever is first takes the next chunk, so a target that is
+ * chunks (halves, up to SHM_ASSIST_MAX_CHUNK), offers them in the
+ * target's assist mailbox (struct shm_assist) and copies chunks itself
+ * while the target's progress thread takes others, each side with its own
+ * CMA call (the target's reads from or writes into the initiator, which
+ * allows that: PR_SET_PTRACER in context.c).  Whoever is first takes the next chunk, so a target that is
  * asleep, busy or slow to wake costs the initiator one doorbell and
  * nothing else: it copies whatever the helper has not claimed.  The
  * initiator waits only for chunks the helper has claimed, then releases
@@ -37,6 +37,7 @@
 
 #define ASSIST_LINGER_NS	50000ull	/* a helper polls this long after its last work */
 #define ASSIST_PICKUP_NS	5000ull		/* an atomic waits this long to be taken */
+#define ASSIST_PREEMPTED_NS	20000ull	/* a lingering helper that lost its core this long stops */
 #define ASSIST_BACKOFF_NS	1000000ull	/* then atomics go by CMA this long */
 #define ASSIST_FORCE_WAIT_NS	1000000000ull	/* SOFTVERBS_ASSIST=force: for the tests */
 #define JOB(w)		((uint32_t)((w) >> 32))
@@ -70,7 +71,7 @@ struct job {
 	bool write, force;
 	int nl, nr;
 	struct iovec l[SHM_ASSIST_IOV], r[SHM_ASSIST_IOV];
-	size_t len;
+	size_t len, chunk;
 };
 
 /* Reads job `job`'s fields, and checks afterwards that the mailbox still
@@ -81,6 +82,7 @@ static bool snapshot(struct shm_assist *a, uint32_t job, struct job *j)
 	j->pid = a->pid;
 	j->write = a->write;
 	j->force = a->force;
+	j->chunk = a->chunk;
 	j->nl = a->nl < SHM_ASSIST_IOV ? (int)a->nl : SHM_ASSIST_IOV;
 	j->nr = a->nr < SHM_ASSIST_IOV ? (int)a->nr : SHM_ASSIST_IOV;
 	j->len = 0;
@@ -94,16 +96,27 @@ static bool snapshot(struct shm_assist *a, uint32_t job, struct job *j)
 	return JOB(atomic_load_explicit(&a->claim, memory_order_relaxed)) == job;
 }
 
-/* Chunk k of a len-byte copy: [off, off + n) of both lists. */
-static int chunk_of(const struct iovec *l, int nl, const struct iovec *r, int nr, size_t len,
-		    uint32_t k, struct iovec *ls, int *cl, struct iovec *rs, int *cr)
+/* Bytes per chunk for a len-byte job: half of it, page-rounded, within
+ * [SHM_ASSIST_MIN_CHUNK, SHM_ASSIST_MAX_CHUNK]. */
+static size_t chunk_size(size_t len)
 {
-	size_t off = (size_t)k * SHM_ASSIST_CHUNK;
-	size_t n = len - off < SHM_ASSIST_CHUNK ? len - off : SHM_ASSIST_CHUNK;
+	size_t c = ((len / 2) + 4095) & ~(size_t)4095;
+
+	return c < SHM_ASSIST_MIN_CHUNK ? SHM_ASSIST_MIN_CHUNK :
+	       c > SHM_ASSIST_MAX_CHUNK ? SHM_ASSIST_MAX_CHUNK : c;
+}
+
+/* Chunk k of a len-byte copy: [off, off + n) of both lists. */
+static size_t chunk_of(const struct iovec *l, int nl, const struct iovec *r, int nr, size_t len,
+		       size_t chunk, uint32_t k, struct iovec *ls, int *cl, struct iovec *rs,
+		       int *cr)
+{
+	size_t off = (size_t)k * chunk;
+	size_t n = len - off < chunk ? len - off : chunk;
 
 	*cl = sv_iov_slice(l, nl, off, n, ls);
 	*cr = sv_iov_slice(r, nr, off, n, rs);
-	return (int)n;
+	return n;
 }
 
 /* Waits until `done` reaches want chunks (the helper's), or the target is
@@ -158,7 +171,8 @@ bool sv_assist_copy(struct shm_hdr *t, bool write, const struct iovec *l, int nl
 		pthread_mutex_consistent(&a->lock);
 	else if (lk)
 		return false;
-	uint32_t nchunks = (uint32_t)((len + SHM_ASSIST_CHUNK - 1) / SHM_ASSIST_CHUNK);
+	size_t chunk = chunk_size(len);
+	uint32_t nchunks = (uint32_t)((len + chunk - 1) / chunk);
 	uint32_t job = JOB(atomic_load_explicit(&a->claim, memory_order_relaxed)) + 1;
 	if (!job)
 		job = 1;
@@ -170,6 +184,7 @@ bool sv_assist_copy(struct shm_hdr *t, bool write, const struct iovec *l, int nl
 	a->pid = sv_pid();
 	a->write = write;
 	a->nchunks = nchunks;
+	a->chunk = chunk;
 	a->nl = (uint32_t)nl;
 	a->nr = (uint32_t)nr;
 	bool force = sv_config()->assist == SV_ASSIST_FORCE;
@@ -194,7 +209,7 @@ bool sv_assist_copy(struct shm_hdr *t, bool write, const struct iovec *l, int nl
 	while (!err && (k = claim(a, job, force ? nchunks - 1 : nchunks)) >= 0) {
 		struct iovec ls[SHM_ASSIST_IOV], rs[SHM_ASSIST_IOV];
 		int cl, cr;
-		chunk_of(l, nl, r, nr, len, (uint32_t)k, ls, &cl, rs, &cr);
+		chunk_of(l, nl, r, nr, len, chunk, (uint32_t)k, ls, &cl, rs, &cr);
 		err = sv_cma(write, t->pid, ls, cl, rs, cr);
 		mine++;
 	}
@@ -233,7 +248,8 @@ static bool serve(struct shm_hdr *own, struct shm_assist *a)
 		}
 		struct iovec ls[SHM_ASSIST_IOV], rs[SHM_ASSIST_IOV];
 		int cl, cr;
-		int n = chunk_of(j.l, j.nl, j.r, j.nr, j.len, (uint32_t)k, ls, &cl, rs, &cr);
+		size_t n = chunk_of(j.l, j.nl, j.r, j.nr, j.len, j.chunk, (uint32_t)k, ls, &cl, rs,
+				    &cr);
 		/* Our local side is the target's memory; the initiator's is
 		 * remote, and the direction turns round. */
 		int err = sv_cma(!j.write, j.pid, rs, cr, ls, cl);
@@ -293,16 +309,23 @@ void sv_assist_serve(struct shm_hdr *own)
 	if (!serve(own, a) && !serve_atomic(own, a) && !kicked)
 		return;
 	atomic_store_explicit(&a->lingering, 1, memory_order_seq_cst);
-	for (uint64_t start = sv_now_ns(), i = 0;; i++) {
+	for (uint64_t start = sv_now_ns(), last = start, i = 0;; i++) {
 		bool any = serve(own, a);
 		any |= serve_atomic(own, a);
 		if (any) {
-			start = sv_now_ns();
+			start = last = sv_now_ns();
 			continue;
 		}
 		sv_cpu_relax();
-		if (i % 64 == 0 && sv_now_ns() - start > ASSIST_LINGER_NS)
+		if (i % 64)
+			continue;
+		/* A gap between two looks means this core has other work
+		 * (we were preempted): give it back rather than compete
+		 * with the application for it. */
+		uint64_t now = sv_now_ns();
+		if (now - start > ASSIST_LINGER_NS || now - last > ASSIST_PREEMPTED_NS)
 			break;
+		last = now;
 	}
 	/* The other half of the initiator's store-load pair. */
 	atomic_store_explicit(&a->lingering, 0, memory_order_seq_cst);

@@ -390,8 +390,12 @@ struct shm_defer {
  */
 enum shm_assist_astate { SHM_ASSIST_IDLE, SHM_ASSIST_POSTED, SHM_ASSIST_TAKEN, SHM_ASSIST_DONE };
 
-#define SHM_ASSIST_CHUNK	(128u << 10)
-#define SHM_ASSIST_MIN		(2 * SHM_ASSIST_CHUNK)
+/* A job is cut in halves, each at least 64 KiB and at most 512 KiB
+ * (measured: docs/architecture.md §10), so two equal parties split it
+ * evenly and a long one still balances. */
+#define SHM_ASSIST_MIN_CHUNK	(64u << 10)
+#define SHM_ASSIST_MAX_CHUNK	(512u << 10)
+#define SHM_ASSIST_MIN		(2 * SHM_ASSIST_MIN_CHUNK)
 #define SHM_ASSIST_IOV		(32 + 2)
 #define SHM_ASSIST_FAILED	(1ull << 31)	/* in `done`: a helper chunk failed */
 
@@ -414,6 +418,7 @@ struct shm_assist {
 	uint32_t write;			/* 1: initiator memory -> this process's memory */
 	uint32_t nchunks, nl, nr;
 	uint32_t force;			/* SOFTVERBS_ASSIST=force: the helper dawdles */
+	uint64_t chunk;			/* bytes per chunk, the last one shorter */
 	struct { uint64_t addr, len; } l[SHM_ASSIST_IOV];	/* the initiator's side */
 	struct { uint64_t addr, len; } r[SHM_ASSIST_IOV];	/* this process's side */
 };

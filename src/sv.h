@@ -682,8 +682,12 @@ bool sv_assist_copy(struct shm_hdr *t, bool write, const struct iovec *l, int nl
 bool sv_assist_atomic(struct shm_hdr *t, enum ibv_wr_opcode op, void *addr, uint64_t compare_add,
 		      uint64_t swap, uint64_t *old);
 /* The target's side: takes chunks of the open job and atomics, then polls
- * for more a little while.  Called by the progress thread. */
-void sv_assist_serve(struct shm_hdr *own);
+ * for more a little while.  Called by the progress thread; true when it is
+ * still polling and returned only to let the thread's other work run: the
+ * thread then comes back without sleeping. */
+bool sv_assist_serve(struct shm_hdr *own);
+/* The progress thread ends: it polls no more. */
+void sv_assist_stop(struct shm_hdr *own);
 
 /* engine/comp.c: completions */
 uint64_t sv_now_ns(void);

@@ -157,29 +157,38 @@ static bool set_registry(const char *v)
 	return true;
 }
 
+/* v as one of names (case-insensitive): its index in *out. */
+static bool keyword(const char *v, const char *const *names, int n, int *out)
+{
+	for (int i = 0; i < n; i++)
+		if (!strcasecmp(v, names[i])) {
+			*out = i;
+			return true;
+		}
+	return false;
+}
+
 static bool set_copy(const char *v)
 {
-	if (!strcasecmp(v, "auto"))
-		cfg.copy = SV_COPY_AUTO;
-	else if (!strcasecmp(v, "cma"))
-		cfg.copy = SV_COPY_CMA;
-	else if (!strcasecmp(v, "bounce"))
-		cfg.copy = SV_COPY_BOUNCE;
-	else
+	static const char *const names[] = { [SV_COPY_AUTO] = "auto", [SV_COPY_CMA] = "cma",
+					     [SV_COPY_BOUNCE] = "bounce" };
+	int m;
+
+	if (!keyword(v, names, (int)SV_ARRAY_SIZE(names), &m))
 		return false;
+	cfg.copy = (enum sv_copy_mode)m;
 	return true;
 }
 
 static bool set_assist(const char *v)
 {
-	if (!strcasecmp(v, "auto"))
-		cfg.assist = SV_ASSIST_AUTO;
-	else if (!strcasecmp(v, "off"))
-		cfg.assist = SV_ASSIST_OFF;
-	else if (!strcasecmp(v, "force"))
-		cfg.assist = SV_ASSIST_FORCE;
-	else
+	static const char *const names[] = { [SV_ASSIST_AUTO] = "auto", [SV_ASSIST_OFF] = "off",
+					     [SV_ASSIST_FORCE] = "force" };
+	int m;
+
+	if (!keyword(v, names, (int)SV_ARRAY_SIZE(names), &m))
 		return false;
+	cfg.assist = (enum sv_assist_mode)m;
 	return true;
 }
 

@@ -5,11 +5,12 @@
  * wakes when anyone -- this process or a peer -- rings it, or when the
  * earliest RNR/retry timer is due.  Idle, it costs no CPU.
  *
- * On each wake it first takes its part of a peer's large copy (assist.c)
- * and serves the bounce mailbox; then it delivers what peers left in the
- * segment: completion events for armed CQs, CQ overruns, SRQ limit
- * events, and QPs a peer's request moved to ERR; then it retries send
- * queues whose timers expired.
+ * On each wake it first serves peers waiting on it: its part of a large
+ * copy, an atomic (assist.c, which may keep it polling a while) and the
+ * bounce mailbox; then it delivers what peers left in the segment:
+ * completion events for armed CQs, CQ overruns, SRQ limit events, and QPs
+ * a peer's request moved to ERR; then it retries send queues whose timers
+ * expired.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -62,12 +63,13 @@ static void *progress_main(void *arg)
 		if (atomic_load(&c->stopping))
 			break;
 		uint64_t next = UINT64_MAX;
-		/* Copies a peer bounces through us or shares with us come
-		 * first: the peer waits. */
-		sv_assist_serve(h);
+		/* Copies and atomics a peer waits for come first. */
+		bool polling = sv_assist_serve(h);
 		sv_bounce_serve(h);
 		sv_owner_serve(c);
 		deliver(c, &next);
+		if (polling)
+			continue;
 		struct timespec ts, *tp = NULL;
 		if (next != UINT64_MAX) {
 			uint64_t now = sv_now_ns(), d = next > now ? next - now : 0;
@@ -77,6 +79,7 @@ static void *progress_main(void *arg)
 		}
 		syscall(SYS_futex, &h->doorbell, FUTEX_WAIT, seq, tp, NULL, 0);
 	}
+	sv_assist_stop(h);
 	return NULL;
 }
 

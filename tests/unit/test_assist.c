@@ -9,7 +9,9 @@
  * across SGE boundaries on both sides.
  */
 #define _GNU_SOURCE
+#include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <sys/socket.h>
 
@@ -28,14 +30,14 @@ struct exch {
 	uint64_t addr;
 };
 
-enum op { CHECK, FILL, REFUSE, QUIT };
+enum op { CHECK, FILL, REFUSE, ASYNC, QUIT };
 
 struct cmd {
 	uint32_t op, off, len, seed;
 };
 
 struct reply {
-	int64_t bad;		/* CHECK: the first wrong offset, or -1 */
+	int64_t bad;		/* CHECK: the first wrong offset, or -1; ASYNC: the event, or -1 */
 	uint64_t assisted;	/* the target's ASSIST bytes so far */
 };
 
@@ -94,6 +96,19 @@ static void target(int sock)
 		case REFUSE:
 			forbid_cma();
 			break;
+		case ASYNC: {
+			/* Only the progress thread delivers it: no verb here.
+			 * A QP's event, past the port's. */
+			struct pollfd pf = { t.ctx->async_fd, POLLIN, 0 };
+			struct ibv_async_event ev;
+			while (rep.bad < 0 && poll(&pf, 1, (int)c.len) == 1 &&
+			       !ibv_get_async_event(t.ctx, &ev)) {
+				if (ev.event_type < IBV_EVENT_DEVICE_FATAL)
+					rep.bad = ev.event_type;
+				ibv_ack_async_event(&ev);
+			}
+			break;
+		}
 		case QUIT:
 			_exit(0);
 		}
@@ -353,6 +368,46 @@ static void test_atomics(void **state)
 	free(seen);
 }
 
+/* A stream of atomics keeps the target's thread polling; its other duties
+ * still run: an error a peer's request leaves on another of the target's
+ * QPs reaches the target as an async event while the stream goes on. */
+static _Atomic bool stop_stream;
+static _Atomic int streamed;
+
+static void *stream(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&stop_stream)) {
+		if (post(&s, IBV_WR_ATOMIC_FETCH_AND_ADD, s.buf, 8, s.mr->lkey, x.addr + COUNTER, x.rkey,
+			 1, IBV_SEND_SIGNALED) || poll_one(s.cq).status != IBV_WC_SUCCESS)
+			return "atomic";
+		atomic_fetch_add(&streamed, 1);
+	}
+	return NULL;
+}
+
+static void test_events_while_polling(void **state)
+{
+	(void)state;
+	pthread_t th;
+	void *r;
+
+	assert_int_equal(pthread_create(&th, NULL, stream, NULL), 0);
+	while (atomic_load(&streamed) < 1000)
+		sched_yield();
+	/* A WRITE with a key the target never issued: its QP goes to ERR,
+	 * and the target hears of it from its progress thread. */
+	assert_int_equal(post(&s2, IBV_WR_RDMA_WRITE, s2.buf, 8, s2.mr->lkey, x.addr, x.rkey + 0x100000,
+			      11, IBV_SEND_SIGNALED), 0);
+	assert_int_equal(poll_one(s2.cq).status, IBV_WC_REM_ACCESS_ERR);
+	/* The stream goes on until the event is in. */
+	struct reply rep = ask(ASYNC, 0, 2000, 0);
+	atomic_store(&stop_stream, true);
+	assert_int_equal(pthread_join(th, &r), 0);
+	assert_null(r);
+	assert_int_equal(rep.bad, IBV_EVENT_QP_ACCESS_ERR);
+}
+
 /* A target the kernel will not let copy into peers: its chunk fails, the
  * initiator copies the operation again alone, and no later operation
  * waits for it. */
@@ -383,6 +438,7 @@ int main(void)
 		cmocka_unit_test(test_read),
 		cmocka_unit_test(test_small_alone),
 		cmocka_unit_test(test_atomics),
+		cmocka_unit_test(test_events_while_polling),
 		cmocka_unit_test(test_target_refused),
 	};
 	int r = cmocka_run_group_tests(tests, setup, teardown);

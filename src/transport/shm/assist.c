@@ -38,6 +38,7 @@
 #define ASSIST_LINGER_NS	50000ull	/* a helper polls this long after its last work */
 #define ASSIST_PICKUP_NS	5000ull		/* an atomic waits this long to be taken */
 #define ASSIST_PREEMPTED_NS	20000ull	/* a lingering helper that lost its core this long stops */
+#define ASSIST_SLICE_NS		1000000ull	/* a polling helper's other duties wait at most this */
 #define ASSIST_BACKOFF_NS	1000000ull	/* then atomics go by CMA this long */
 #define ASSIST_FORCE_WAIT_NS	1000000000ull	/* SOFTVERBS_ASSIST=force: for the tests */
 #define JOB(w)		((uint32_t)((w) >> 32))
@@ -301,19 +302,25 @@ static bool serve_atomic(struct shm_hdr *own, struct shm_assist *a)
 	return true;
 }
 
-void sv_assist_serve(struct shm_hdr *own)
+bool sv_assist_serve(struct shm_hdr *own)
 {
 	struct shm_assist *a = mailbox(own);
 	bool kicked = atomic_exchange_explicit(&a->kick, 0, memory_order_relaxed);
+	/* Only this thread writes `lingering`. */
+	bool was = atomic_load_explicit(&a->lingering, memory_order_relaxed);
+	uint64_t now = sv_now_ns(), slice = now, last = now;
 
-	if (!serve(own, a) && !serve_atomic(own, a) && !kicked)
-		return;
-	atomic_store_explicit(&a->lingering, 1, memory_order_seq_cst);
-	for (uint64_t start = sv_now_ns(), last = start, i = 0;; i++) {
+	if (!was) {
+		if (!serve(own, a) && !serve_atomic(own, a) && !kicked)
+			return false;
+		a->idle_since = sv_now_ns();
+		atomic_store_explicit(&a->lingering, 1, memory_order_seq_cst);
+	}
+	for (uint64_t i = 0;; i++) {
 		bool any = serve(own, a);
 		any |= serve_atomic(own, a);
 		if (any) {
-			start = last = sv_now_ns();
+			a->idle_since = last = sv_now_ns();
 			continue;
 		}
 		sv_cpu_relax();
@@ -322,9 +329,13 @@ void sv_assist_serve(struct shm_hdr *own)
 		/* A gap between two looks means this core has other work
 		 * (we were preempted): give it back rather than compete
 		 * with the application for it. */
-		uint64_t now = sv_now_ns();
-		if (now - start > ASSIST_LINGER_NS || now - last > ASSIST_PREEMPTED_NS)
+		now = sv_now_ns();
+		if (now - a->idle_since > ASSIST_LINGER_NS || now - last > ASSIST_PREEMPTED_NS)
 			break;
+		/* Still polling, but the progress thread has other duties
+		 * (events, retries, the other mailboxes): back soon. */
+		if (now - slice > ASSIST_SLICE_NS)
+			return true;
 		last = now;
 	}
 	/* The other half of the initiator's store-load pair. */
@@ -332,6 +343,13 @@ void sv_assist_serve(struct shm_hdr *own)
 	if (job_open(a))
 		serve(own, a);
 	serve_atomic(own, a);	/* posted as we stopped */
+	return false;
+}
+
+void sv_assist_stop(struct shm_hdr *own)
+{
+	atomic_store_explicit(&mailbox(own)->lingering, 0, memory_order_seq_cst);
+	serve_atomic(own, mailbox(own));	/* posted as we stopped */
 }
 
 bool sv_assist_atomic(struct shm_hdr *t, enum ibv_wr_opcode op, void *addr, uint64_t compare_add,

@@ -370,14 +370,16 @@ struct shm_defer {
  * initiator and this process's private memory, split with this context's
  * progress thread so that both processes' cores move bytes.  One job at a
  * time (lock, taken with trylock: a busy mailbox means copying alone).
- * The initiator writes the job, then publishes it by storing `claim`
- * (seq_cst: it also pairs with the load of `lingering`); from then on both
- * sides claim chunks with a compare-and-swap on `claim`, which carries the
- * job number, so a chunk is claimed only while its job is open.  The
+ * The initiator marks `claim` closed under the new job number, writes the
+ * job, then publishes it by storing `claim` = job << 32 (seq_cst: it also
+ * pairs with the load of `lingering`); from then on both sides claim
+ * chunks with a compare-and-swap on `claim`, which carries the job number,
+ * so a chunk is claimed only while its job is open, and a helper reads the
+ * fields once and checks the job number after (a seqlock read).  The
  * helper counts each finished chunk in `done` (compare-and-swap on the job
- * number, release); the initiator closes the job by moving `claim` to the
- * end, waits until `done` counts every chunk the helper claimed (acquire),
- * and only then lets go of the memory.
+ * number, release); the initiator closes the job (index UINT32_MAX), waits
+ * until `done` counts every chunk the helper claimed (acquire), and only
+ * then lets go of the memory.
  *
  * The same helper answers atomics while it lingers after a job (polling
  * for the next): an initiator holding the segment's atomic_lock writes a
@@ -406,6 +408,7 @@ struct shm_assist {
 	_Alignas(64) _Atomic uint64_t done;	/* job << 32 | FAILED | chunks the helper finished */
 	_Alignas(64) _Atomic uint32_t lingering;	/* the helper is polling for work */
 	_Atomic uint32_t kick;		/* an initiator asks the helper to linger */
+	uint64_t idle_since;		/* the helper's own: when it last had work */
 	/* Atomics: the request, its state and its answer share a line. */
 	_Alignas(64) _Atomic uint32_t astate;	/* enum shm_assist_astate */
 	uint32_t aop;			/* IBV_WR_ATOMIC_FETCH_AND_ADD or _CMP_AND_SWP */

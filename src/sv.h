@@ -66,9 +66,9 @@ struct sv_config {
 	int log_level;			/* SOFTVERBS_LOG */
 	char registry[128];		/* SOFTVERBS_REGISTRY */
 	enum sv_copy_mode { SV_COPY_AUTO, SV_COPY_CMA, SV_COPY_BOUNCE } copy;	/* SOFTVERBS_COPY */
-	/* SOFTVERBS_ASSIST: whether a large CMA copy is split with the
-	 * target's progress thread; `force` makes the target take at least
-	 * one chunk of each (tests). */
+	/* SOFTVERBS_ASSIST: whether the target's progress thread takes part
+	 * in large CMA copies and answers atomics; `force` makes it take part
+	 * in every one (tests). */
 	enum sv_assist_mode { SV_ASSIST_AUTO, SV_ASSIST_OFF, SV_ASSIST_FORCE } assist;
 	char source[256];		/* config file that was read, or "" */
 };
@@ -603,6 +603,9 @@ int sv_seg_create(struct sv_seg *s, uint32_t ep, uint32_t dev_index);
 struct shm_hdr *sv_seg_map_fd(int fd);
 int sv_seg_await(const struct shm_hdr *t, _Atomic uint32_t *done, uint32_t seq,
 		 struct shm_hdr *own);
+/* The context of segment t has closed, or (check_pid: a /proc read, so
+ * not on every spin) its process has died. */
+bool sv_seg_gone(const struct shm_hdr *t, bool check_pid);
 /* transport/shm/defer.c */
 uint8_t sv_defer_put(struct shm_hdr *h, struct shm_hdr *own, const struct iovec *src, int ns,
 		     const struct iovec *dst, int nd, uint64_t len, uint32_t *hint);
@@ -661,6 +664,19 @@ void sv_copy_mapped(struct shm_hdr *own, bool write, const struct iovec *l, int 
 		    const struct iovec *r, int nr);
 
 /* transport/shm/direct.c: shareable memory, mapped by peers */
+/* One line of /proc/self/maps. */
+struct sv_vma {
+	uintptr_t start, end;
+	uint64_t offset, ino;
+	unsigned maj, min;
+	char perms[5];
+	char path[256];
+};
+/* Calls fn on each mapping of [addr, +len) in address order until it
+ * answers false: 1 when the mappings cover the range without a gap and fn
+ * accepted each, 0 when not, -1 when /proc/self/maps cannot be read. */
+int sv_vma_walk(const void *addr, size_t len, bool (*fn)(const struct sv_vma *v, void *arg),
+		void *arg);
 /* Owner: describes how peers can map [addr, +len) (SysV shm, or a named
  * MAP_SHARED file); 0 when they cannot. */
 uint64_t sv_direct_describe(struct sv_seg *s, const void *addr, size_t len);

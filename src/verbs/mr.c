@@ -9,7 +9,6 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sched.h>
@@ -170,32 +169,18 @@ static bool writes(int access)
 			 IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND);
 }
 
-static bool range_writable(const void *addr, size_t len)
+static bool vma_writable(const struct sv_vma *v, void *arg)
 {
-	FILE *f = fopen("/proc/self/maps", "re");
-	uintptr_t at = (uintptr_t)addr, end = at + len;
-	char *line = NULL;
-	size_t cap = 0;
-
-	if (!f)
-		return true;	/* cannot tell: the copies fail cleanly */
-	while (at < end && getline(&line, &cap, f) > 0) {
-		unsigned long lo, hi;
-		char perms[5];
-		if (sscanf(line, "%lx-%lx %4s", &lo, &hi, perms) != 3 || hi <= at)
-			continue;
-		if (lo > at || perms[1] != 'w')
-			break;
-		at = hi;
-	}
-	free(line);
-	fclose(f);
-	return at >= end;
+	(void)arg;
+	return v->perms[1] == 'w';
 }
 
 static int check_writable(void *addr, size_t length, int access, const char *verb)
 {
-	if (writes(access) && !(access & IBV_ACCESS_ON_DEMAND) && !range_writable(addr, length))
+	/* A maps file that cannot be read proves nothing: the copies still
+	 * fail cleanly. */
+	if (writes(access) && !(access & IBV_ACCESS_ON_DEMAND) &&
+	    !sv_vma_walk(addr, length, vma_writable, NULL))
 		return sv_fail(EFAULT, verb, "[%p, +%zu) is not all writable memory, and access 0x%x "
 			       "lets it be written", addr, length, (unsigned)access);
 	return 0;

@@ -12,13 +12,14 @@
  * target's assist mailbox (struct shm_assist) and copies chunks itself
  * while the target's progress thread takes others, each side with its own
  * CMA call (the target's reads from or writes into the initiator, which
- * allows that: PR_SET_PTRACER in context.c).  Whoever is first takes the next chunk, so a target that is
- * asleep, busy or slow to wake costs the initiator one doorbell and
- * nothing else: it copies whatever the helper has not claimed.  The
- * initiator waits only for chunks the helper has claimed, then releases
- * the memory as before.  A helper that just finished a job polls for the
+ * allows that: PR_SET_PTRACER in context.c).  Whoever is first takes the
+ * next chunk, so a target that is asleep, busy or slow to wake costs the
+ * initiator one doorbell and nothing else: it copies whatever the helper
+ * has not claimed.  The initiator waits only for chunks the helper has
+ * claimed, then releases the memory as before.  A helper that just finished a job polls for the
  * next one for ASSIST_LINGER_NS, so a stream of large operations keeps it
- * on its core without a wake-up per operation.
+ * on its core without a wake-up per operation; while it polls it also
+ * answers atomics on its own memory (sv_assist_atomic).
  *
  * This is the NIC's view of the operation too: the responder's engine
  * places the data into its own memory.  The rkey was checked, and the MRs
@@ -137,8 +138,7 @@ static bool await_helper(const struct shm_hdr *t, struct shm_assist *a, uint32_t
 		}
 		/* The helper shares our core or lost its own: let it run. */
 		sched_yield();
-		if (i % 4096 == 0 && (!atomic_load_explicit(&t->ready, memory_order_acquire) ||
-				      !sv_proc_alive(t->pid, 0)))
+		if (i % 4096 == 0 && sv_seg_gone(t, true))
 			return false;
 	}
 }
@@ -153,8 +153,7 @@ static bool await_claimed(const struct shm_hdr *t, struct shm_assist *a, uint32_
 		if (JOB(w) != job || (uint32_t)w >= nchunks)
 			return true;
 		sched_yield();
-		if (i % 4096 == 0 && (!atomic_load_explicit(&t->ready, memory_order_acquire) ||
-				      !sv_proc_alive(t->pid, 0)))
+		if (i % 4096 == 0 && sv_seg_gone(t, true))
 			return false;
 	}
 }
@@ -410,7 +409,7 @@ bool sv_assist_atomic(struct shm_hdr *t, enum ibv_wr_opcode op, void *addr, uint
 			}
 		}
 		/* Taken: the answer comes unless the target died. */
-		if (i % (1u << 16) == 0 && !sv_proc_alive(t->pid, 0))
+		if (i % (1u << 16) == 0 && sv_seg_gone(t, true))
 			return false;
 	}
 }

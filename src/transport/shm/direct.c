@@ -25,16 +25,7 @@
 
 #include "../../sv.h"
 
-/* One line of /proc/self/maps. */
-struct vma {
-	uintptr_t start, end;
-	uint64_t offset, ino;
-	unsigned maj, min;
-	char perms[5];
-	char path[256];
-};
-
-static bool parse_vma(const char *line, struct vma *v)
+static bool parse_vma(const char *line, struct sv_vma *v)
 {
 	int n = 0;
 
@@ -47,52 +38,74 @@ static bool parse_vma(const char *line, struct vma *v)
 	return true;
 }
 
-uint64_t sv_direct_describe(struct sv_seg *s, const void *addr, size_t len)
+int sv_vma_walk(const void *addr, size_t len, bool (*fn)(const struct sv_vma *v, void *arg),
+		void *arg)
 {
-	uintptr_t a = (uintptr_t)addr, e = a + len, at = a;
-	struct shm_share sh = { 0 };
-	struct vma v;
-	char line[512];
-	bool first = true, ok = false;
-	int64_t delta = 0;	/* object offset - address, constant over the range */
-
+	uintptr_t at = (uintptr_t)addr, e = at + len;
+	struct sv_vma v;
+	char *line = NULL;
+	size_t cap = 0;
 	FILE *f = fopen("/proc/self/maps", "re");
+
 	if (!f)
-		return 0;
-	while (fgets(line, sizeof(line), f) && at < e) {
+		return -1;
+	/* getline: a line with a long path is still one line. */
+	while (at < e && getline(&line, &cap, f) > 0) {
 		if (!parse_vma(line, &v) || v.end <= at)
 			continue;
-		/* Every page of the range: shared, one object, contiguous. */
-		if (v.start > at || v.perms[3] != 's' || !v.ino)
-			break;
-		int64_t d = (int64_t)v.offset - (int64_t)v.start;
-		if (first) {
-			delta = d;
-			sh.dev = makedev(v.maj, v.min);
-			sh.ino = v.ino;
-			if (!strncmp(v.path, "/SYSV", 5)) {
-				sh.kind = SHM_SHARE_SYSV;
-				sh.shmid = (int32_t)v.ino;	/* a SysV segment's inode is its id */
-			} else if (v.path[0] == '/' && !strstr(v.path, " (deleted)")) {
-				sh.kind = SHM_SHARE_FILE;
-				snprintf(sh.path, sizeof(sh.path), "%s", v.path);
-			} else {
-				break;	/* memfd, deleted files, /dev/zero: no name to open */
-			}
-			first = false;
-		} else if (d != delta || makedev(v.maj, v.min) != sh.dev || v.ino != sh.ino) {
-			break;
-		}
+		if (v.start > at || !fn(&v, arg))
+			break;	/* a gap, or refused */
 		at = v.end;
-		ok = at >= e;
 	}
+	free(line);
 	fclose(f);
-	if (!ok)
+	return at >= e;
+}
+
+/* Every page of the range: shared, one object, contiguous. */
+struct describe {
+	struct shm_share sh;
+	bool first;
+	int64_t delta;		/* object offset - address, constant over the range */
+};
+
+static bool describe_vma(const struct sv_vma *v, void *arg)
+{
+	struct describe *d = arg;
+	int64_t delta = (int64_t)v->offset - (int64_t)v->start;
+
+	if (v->perms[3] != 's' || !v->ino)
+		return false;
+	if (!d->first)
+		return delta == d->delta && makedev(v->maj, v->min) == d->sh.dev &&
+		       v->ino == d->sh.ino;
+	d->first = false;
+	d->delta = delta;
+	d->sh.dev = makedev(v->maj, v->min);
+	d->sh.ino = v->ino;
+	if (!strncmp(v->path, "/SYSV", 5)) {
+		d->sh.kind = SHM_SHARE_SYSV;
+		d->sh.shmid = (int32_t)v->ino;	/* a SysV segment's inode is its id */
+		return true;
+	}
+	if (v->path[0] == '/' && !strstr(v->path, " (deleted)")) {
+		d->sh.kind = SHM_SHARE_FILE;
+		snprintf(d->sh.path, sizeof(d->sh.path), "%s", v->path);
+		return true;
+	}
+	return false;	/* memfd, deleted files, /dev/zero: no name to open */
+}
+
+uint64_t sv_direct_describe(struct sv_seg *s, const void *addr, size_t len)
+{
+	struct describe d = { .first = true };
+
+	if (sv_vma_walk(addr, len, describe_vma, &d) != 1)
 		return 0;
-	sh.offset = (uint64_t)((int64_t)a + delta);
-	uint64_t off = sv_seg_alloc(s, sizeof(sh));
+	d.sh.offset = (uint64_t)((int64_t)(uintptr_t)addr + d.delta);
+	uint64_t off = sv_seg_alloc(s, sizeof(d.sh));
 	if (off)
-		memcpy(shm_at(s->h, off), &sh, sizeof(sh));
+		memcpy(shm_at(s->h, off), &d.sh, sizeof(d.sh));
 	return off;
 }
 

@@ -517,6 +517,12 @@ void sv_seg_publish_qp(struct shm_hdr *h, uint32_t qpn, uint64_t off)
  * mailbox served meanwhile: two processes bouncing to each other from
  * their progress threads then cannot wait on each other forever.
  */
+bool sv_seg_gone(const struct shm_hdr *t, bool check_pid)
+{
+	return !atomic_load_explicit(&t->ready, memory_order_acquire) ||
+	       (check_pid && !sv_proc_alive(t->pid, 0));
+}
+
 int sv_seg_await(const struct shm_hdr *t, _Atomic uint32_t *done, uint32_t seq,
 		 struct shm_hdr *own)
 {
@@ -527,8 +533,7 @@ int sv_seg_await(const struct shm_hdr *t, _Atomic uint32_t *done, uint32_t seq,
 			sv_bounce_serve(own);
 		struct timespec ts = { 0, 200000 };
 		syscall(SYS_futex, done, FUTEX_WAIT, seq - 1, &ts, NULL, 0);
-		if (!atomic_load_explicit(&t->ready, memory_order_acquire) ||
-		    (waited % 5000 == 4999 && !sv_proc_alive(t->pid, 0)))
+		if (sv_seg_gone(t, waited % 5000 == 4999))
 			return ESRCH;
 	}
 }

@@ -838,9 +838,10 @@ void sv_channel_release(struct sv_channel *ch);
 struct ibv_srq *sv_create_srq_ex(struct ibv_context *ctx, struct ibv_srq_init_attr_ex *attr);
 int sv_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 /* Posts a list of receive WRs into wq under its lock; on failure *bad and
- * an explanation naming obj ("qpn 0x11", "SRQ 0x...") for verb. */
+ * an explanation naming the object ("qpn 0x11", "SRQ 0x...") for verb.  The
+ * name is formatted only then: a receive is posted per message. */
 int sv_wq_post_list(struct shm_hdr *h, struct shm_wq *wq, struct ibv_recv_wr *wr,
-		    struct ibv_recv_wr **bad, const char *verb, const char *obj);
+		    struct ibv_recv_wr **bad, const char *verb, const char *kind, uint64_t id);
 int sv_wq_post(struct shm_hdr *h, struct shm_wq *wq, const struct ibv_recv_wr *wr, const char **why);
 int sv_get_srq_num(struct ibv_srq *srq, uint32_t *srq_num);
 /* verbs/tm.c: tag-matching SRQs. */

@@ -722,9 +722,7 @@ int sv_post_recv(struct ibv_qp *ib, struct ibv_recv_wr *wr, struct ibv_recv_wr *
 			       qp->srq ? "the QP receives through its SRQ; use ibv_post_srq_recv" :
 			       "an XRC QP has no receive queue; XRC_RECV QPs deliver into XRC SRQs");
 	}
-	char obj[32];
-	snprintf(obj, sizeof(obj), "qpn 0x%x", ib->qp_num);
-	ret = sv_wq_post_list(qp->ctx->seg.h, qp->rq, wr, bad, "ibv_post_recv", obj);
+	ret = sv_wq_post_list(qp->ctx->seg.h, qp->rq, wr, bad, "ibv_post_recv", "qpn", ib->qp_num);
 	/* C10-?: receives posted to a QP in ERR are flushed. */
 	if (st == IBV_QPS_ERR)
 		sv_flush_rq(qp);

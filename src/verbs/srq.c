@@ -273,7 +273,7 @@ int sv_wq_post(struct shm_hdr *h, struct shm_wq *wq, const struct ibv_recv_wr *w
 }
 
 int sv_wq_post_list(struct shm_hdr *h, struct shm_wq *wq, struct ibv_recv_wr *wr,
-		    struct ibv_recv_wr **bad, const char *verb, const char *obj)
+		    struct ibv_recv_wr **bad, const char *verb, const char *kind, uint64_t id)
 {
 	const char *why;
 	int ret = 0;
@@ -283,7 +283,8 @@ int sv_wq_post_list(struct shm_hdr *h, struct shm_wq *wq, struct ibv_recv_wr *wr
 		ret = sv_wq_post(h, wq, wr, &why);
 		if (ret) {
 			*bad = wr;
-			sv_fail(ret, verb, "%s wr_id 0x%llx: %s", obj, (unsigned long long)wr->wr_id, why);
+			sv_fail(ret, verb, "%s 0x%llx wr_id 0x%llx: %s", kind, (unsigned long long)id,
+				(unsigned long long)wr->wr_id, why);
 		}
 	}
 	sv_shm_unlock(&wq->lock);
@@ -292,11 +293,8 @@ int sv_wq_post_list(struct shm_hdr *h, struct shm_wq *wq, struct ibv_recv_wr *wr
 
 int sv_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
 {
-	char obj[32];
-
-	snprintf(obj, sizeof(obj), "SRQ %p", (void *)ibsrq);
 	return sv_wq_post_list(sv_ctx(ibsrq->context)->seg.h, sv_srq(ibsrq)->wq, wr, bad,
-			       "ibv_post_srq_recv", obj);
+			       "ibv_post_srq_recv", "SRQ", (uintptr_t)ibsrq);
 }
 
 static void srq_free(struct sv_srq *srq)

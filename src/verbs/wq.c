@@ -17,14 +17,13 @@
 static int post_wq_recv(struct ibv_wq *ibwq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
 {
 	struct sv_wq *wq = sv_wq(ibwq);
-	char obj[32];
 
 	if (atomic_load_explicit(&wq->sh->wq_state, memory_order_relaxed) == IBV_WQS_ERR) {
 		*bad = wr;
 		return sv_fail(EINVAL, "ibv_post_wq_recv", "WQ 0x%x is in ERR", ibwq->wq_num);
 	}
-	snprintf(obj, sizeof(obj), "WQ 0x%x", ibwq->wq_num);
-	return sv_wq_post_list(wq->ctx->seg.h, wq->sh, wr, bad, "ibv_post_wq_recv", obj);
+	return sv_wq_post_list(wq->ctx->seg.h, wq->sh, wr, bad, "ibv_post_wq_recv", "WQ",
+			       ibwq->wq_num);
 }
 
 struct ibv_wq *sv_create_wq(struct ibv_context *ctx, struct ibv_wq_init_attr *a)

@@ -38,7 +38,7 @@
 #include <stdint.h>
 
 #define SHM_MAGIC	0x4d485653u	/* "SVHM" */
-#define SHM_VERSION	6u
+#define SHM_VERSION	7u
 #define SHM_SEG_SIZE	(256ull << 20)	/* sparse: only touched pages cost memory */
 #define SHM_ALIGN	64u
 
@@ -125,34 +125,45 @@ struct shm_dm {
  * compare-and-swap on rx_head, copies the WQE and frees the slot with
  * seq = position + size (release).  So taking a WQE moves the WQE's line
  * and the consumers' own line, never a lock line the owner also takes.
+ *
+ * Three lines, by who writes them: the first is written at creation (and
+ * by an SRQ's resize and a WQ's state change), so every consumer keeps a
+ * shared copy; the second is the lock's and the owner's posting state;
+ * the third the consumers'.  A field that consumers read on every message
+ * kept beside the lock would cost each message a miss for the line the
+ * owner's last post took, and the owner's next post another to take it
+ * back (ib_send_lat: one of five such misses per message before).
  */
 struct shm_wq {
-	pthread_mutex_t lock;		/* robust, process-shared */
 	uint32_t size;			/* slots (max_wr) */
 	uint32_t max_sge;
-	uint32_t head, count;		/* under lock (SRQ) */
-	uint32_t limit;			/* SRQ limit; 0 = not armed */
-	_Atomic uint32_t limit_hit;	/* an initiator crossed the limit */
 	uint32_t stride;		/* bytes per WQE */
+	uint32_t lockfree;
 	uint32_t tm_tags;		/* a tag-matching SRQ's list length; 0 = not one */
-	uint64_t wqe_off;		/* segment offset of slot 0 */
-	/* The CQ every completion of this queue goes to when it is not the
-	 * receiving QP's: a tag-matching SRQ's, a WQ's (ibv_create_wq). */
-	uint64_t cq_off;
 	/* A WQ's number and state (enum ibv_wq_state, written by the owner,
 	 * read by initiators: relaxed, a frame races a state change as it
 	 * would on the wire). */
 	uint32_t wq_num;
 	_Atomic uint32_t wq_state;
-	/* Tag matching (IBV_SRQT_TM), under lock: the matching list, the
-	 * unexpected messages delivered so far (the "hardware" count of
-	 * phase synchronisation) and the count software last reported. */
-	uint64_t tm_off;
+	uint32_t pad;
+	uint64_t wqe_off;		/* segment offset of slot 0 */
+	/* The CQ every completion of this queue goes to when it is not the
+	 * receiving QP's: a tag-matching SRQ's, a WQ's (ibv_create_wq). */
+	uint64_t cq_off;
+	uint64_t tm_off;		/* tag matching: the list (tm_tags entries) */
+	uint32_t tm_stride;
+	/* The lock's line: an SRQ's whole state, a lock-free queue's posts. */
+	_Alignas(64) pthread_mutex_t lock;	/* robust, process-shared */
+	uint32_t head, count;		/* under lock (SRQ) */
+	uint32_t limit;			/* SRQ limit; 0 = not armed */
+	_Atomic uint32_t limit_hit;	/* an initiator crossed the limit */
+	uint64_t tail;			/* lock-free: the owner's next post, under lock */
+	/* Tag matching (IBV_SRQT_TM), under lock: the tags posted so far, the
+	 * unexpected messages delivered so far (the "hardware" count of phase
+	 * synchronisation), the count software last reported, the live tags. */
 	uint64_t tm_seq;		/* posting order of the next tag */
 	uint32_t tm_unexp, tm_synced;
-	uint32_t tm_stride, tm_used;
-	uint64_t tail;			/* lock-free: the owner's next post, under lock */
-	uint32_t lockfree;
+	uint32_t tm_used;
 	/* Lock-free: the consumers' line. */
 	_Alignas(64) _Atomic uint64_t rx_head;
 };
@@ -221,19 +232,23 @@ _Static_assert(IBV_WC_DRIVER3 < 256 && IBV_WC_TM_RNDV_INCOMPLETE < 256, "opcode 
  * QP's entries.  Resize also stops producers: it raises `frozen` and waits
  * for `producers` (counted around each push) to drain; both sides use
  * sequentially consistent order, so a producer either sees the flag or is
- * seen counted.  The producers' words share one line, apart from the
- * owner's.
+ * seen counted.
+ *
+ * Three lines, by who writes them (struct shm_wq says why): the ring's
+ * shape and the arm, which change only on resize and when the owner asks
+ * for an event; the owner's lock and head, written by every poll that
+ * finds a completion; the producers' words.
  */
 struct shm_cq {
-	pthread_mutex_t lock;		/* robust, process-shared; the owner's threads */
 	uint32_t size;			/* slots */
 	uint32_t stamp;			/* producers timestamp completions (set at creation) */
-	_Atomic uint64_t head;		/* next position to consume: under lock, read without */
 	uint64_t ring_off;
 	_Atomic uint32_t armed;		/* 0, 1 = next completion, 2 = next solicited */
 	_Atomic uint32_t notify;	/* an event is due: the owner delivers it */
 	_Atomic uint32_t overrun;	/* a completion found the CQ full */
-	uint32_t pad;
+	/* The owner's line. */
+	_Alignas(64) pthread_mutex_t lock;	/* robust, process-shared; the owner's threads */
+	_Atomic uint64_t head;		/* next position to consume: under lock, read without */
 	/* Producers' line. */
 	_Alignas(64) _Atomic uint64_t tail;	/* next position to claim */
 	_Atomic uint32_t producers;	/* pushes in progress */

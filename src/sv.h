@@ -521,6 +521,7 @@ struct sv_qp {
 	struct sv_peer_cache peer;
 	struct sv_map_cache map;
 	uint32_t defer_hint;		/* the receiver's slot to try first (defer.c) */
+	bool defer_last;		/* the last SEND's data was deferred */
 	/* Rendezvous FINs the device owes this QP (engine/tm.c), oldest
 	 * first, under sq_lock: each is sent after the SEND that asked for it
 	 * completes, as its ACK precedes the read, and waits for a receive
@@ -634,6 +635,9 @@ int sv_rq_post(struct shm_hdr *h, struct shm_wq *wq, const struct ibv_recv_wr *w
 bool sv_rq_take(struct shm_hdr *h, struct shm_wq *wq, struct shm_rwqe *out);
 void sv_shm_lock(pthread_mutex_t *m);
 void sv_shm_unlock(pthread_mutex_t *m);
+/* A lock only the owning process's threads take (seg.c says why). */
+void sv_own_lock(_Atomic uint32_t *l);
+void sv_own_unlock(_Atomic uint32_t *l);
 
 /* transport/shm/copy.c: moving bytes between processes */
 static inline void sv_cpu_relax(void)
@@ -642,6 +646,21 @@ static inline void sv_cpu_relax(void)
 	__builtin_ia32_pause();
 #elif defined(__aarch64__)
 	__asm__ volatile("yield");
+#endif
+}
+
+/* Asks for the line at p in order to write it.  On x86 this needs
+ * PREFETCHW (CPUID 0x80000001 ECX bit 8, checked once at load:
+ * sv_prefetchw_ok); without it a read prefetch would fetch the line
+ * shared, and the write after it would move it again. */
+extern bool sv_prefetchw_ok;
+static inline void sv_prefetchw(const void *p)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	if (sv_prefetchw_ok)
+		__asm__ volatile("prefetchw %0" : : "m"(*(const char *)p));
+#else
+	__builtin_prefetch(p, 1);
 #endif
 }
 

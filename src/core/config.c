@@ -8,6 +8,9 @@
  * stays in force: the program still runs, and the user sees why.
  */
 #define _GNU_SOURCE
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
@@ -332,6 +335,17 @@ static void forget_pid(void)
 static void __attribute__((constructor)) watch_fork(void)
 {
 	pthread_atfork(NULL, NULL, forget_pid);
+}
+
+bool sv_prefetchw_ok;
+
+static void __attribute__((constructor)) probe_cpu(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	unsigned a, b, c, d;
+
+	sv_prefetchw_ok = __get_cpuid(0x80000001, &a, &b, &c, &d) && (c & bit_PRFCHW);
+#endif
 }
 
 int32_t sv_pid(void)

@@ -71,8 +71,18 @@
 #define SV_HCA_CORE_CLOCK_KHZ	1000000ull
 
 /* A locker of a shared queue's mutex spins this many times (each a CPU
- * pause, about 10-40 ns) before it sleeps in the kernel. */
+ * pause, about 10-40 ns) before it sleeps in the kernel (or, for a lock
+ * only its owner's threads take, yields). */
 #define SV_LOCK_SPINS		256
+
+/* A QP's receive queue has this many slots more than max_recv_wr asks for
+ * (and reports the total back, as providers report their rounded sizes).
+ * An application that keeps the queue topped up at the size it asked for
+ * then never posts into the slot the sender takes next: the post can
+ * fetch its next slot early (sv_rq_post()) without taking the line the
+ * sender is about to read.  ib_send_lat, which keeps rx_depth posted: see
+ * docs/architecture.md section 10. */
+#define SV_RQ_SLACK		2
 
 /* Host registry: QPNs are allocated host-wide from this range. QPN 0 and 1
  * are the IB special QPs (SMI/GSI), so allocation starts above them. */

@@ -64,6 +64,10 @@ bool sv_cq_push(struct shm_hdr *h, struct shm_cq *cq, const struct shm_cqe *e)
 	uint64_t pos = atomic_load_explicit(&cq->tail, memory_order_relaxed);
 	for (;;) {
 		slot = &ring[pos % size];
+		/* The poller is most likely reading this line: ask for it to
+		 * write, or loading seq fetches it shared and the stores below
+		 * must take it again. */
+		sv_prefetchw(slot);
 		/* Pairs with the owner's release store freeing the slot. */
 		int32_t d = (int32_t)(atomic_load_explicit(&slot->seq, memory_order_acquire) -
 				      (uint32_t)pos);
@@ -107,7 +111,7 @@ bool sv_cq_push(struct shm_hdr *h, struct shm_cq *cq, const struct shm_cqe *e)
 
 void sv_cq_clean(struct shm_hdr *h, struct shm_cq *cq, uint32_t qpn)
 {
-	sv_shm_lock(&cq->lock);
+	sv_own_lock(&cq->lock);
 	struct shm_cqe *ring = shm_cq_ring(h, cq);
 	/* Entries stay where they are (producers may be filling the slots
 	 * behind them); the poller skips the ones marked dead. */
@@ -118,7 +122,7 @@ void sv_cq_clean(struct shm_hdr *h, struct shm_cq *cq, uint32_t qpn)
 		if (e->qp_num == qpn)
 			e->opcode = SHM_CQE_DEAD;
 	}
-	sv_shm_unlock(&cq->lock);
+	sv_own_unlock(&cq->lock);
 }
 
 void sv_rq_drain(struct shm_hdr *h, struct shm_wq *wq, struct shm_cq *cq, uint32_t qpn)

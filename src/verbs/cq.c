@@ -171,11 +171,11 @@ static int cq_start_poll(struct ibv_cq_ex *ex, struct ibv_poll_cq_attr *attr)
 		return EINVAL;
 	if (!cq_maybe_ready(cq))
 		return ENOENT;
-	sv_shm_lock(&cq->sh->lock);
+	sv_own_lock(&cq->sh->lock);
 	struct shm_cqe *e = cq_peek(cq);
 	if (!e) {
 		/* verbs.h: on ENOENT the caller does not call end_poll. */
-		sv_shm_unlock(&cq->sh->lock);
+		sv_own_unlock(&cq->sh->lock);
 		return ENOENT;
 	}
 	load_current(cq, e);
@@ -201,7 +201,7 @@ static void cq_end_poll(struct ibv_cq_ex *ex)
 	if (cq->cur == cq_peek(cq))
 		cq_consume(cq);
 	cq->cur = NULL;
-	sv_shm_unlock(&cq->sh->lock);
+	sv_own_unlock(&cq->sh->lock);
 }
 
 #define CUR(ex) (((struct sv_cq *)(ex))->cur)
@@ -291,7 +291,6 @@ static bool cq_alloc_ring(struct sv_context *c, struct sv_cq *cq, uint32_t cqe)
 	if (!off)
 		return false;
 	struct shm_cq *q = shm_at(c->seg.h, off);
-	sv_shm_mutex_init(&q->lock);
 	q->size = cqe;
 	q->ring_off = first_ring_off(off);
 	sv_cq_ring_init(shm_at(c->seg.h, q->ring_off), cqe, 0);
@@ -387,7 +386,7 @@ int sv_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 
 	if (!cq_maybe_ready(cq))
 		return 0;	/* the common empty poll takes no lock */
-	sv_shm_lock(&cq->sh->lock);
+	sv_own_lock(&cq->sh->lock);
 	for (i = 0; i < n; i++) {
 		struct shm_cqe *e = cq_peek(cq);
 		if (!e)
@@ -401,7 +400,7 @@ int sv_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 		};
 		cq_consume(cq);
 	}
-	sv_shm_unlock(&cq->sh->lock);
+	sv_own_unlock(&cq->sh->lock);
 	return i;
 }
 
@@ -438,7 +437,7 @@ SV_EXPORT int ibv_resize_cq(struct ibv_cq *ibcq, int cqe)
 	if (!off)
 		return sv_fail(ENOMEM, "ibv_resize_cq", "out of memory");
 	struct shm_cq *q = cq->sh;
-	sv_shm_lock(&q->lock);
+	sv_own_lock(&q->lock);
 	/* Stop producers (shm.h): a claimed slot is always finished first. */
 	atomic_store(&q->frozen, 1);
 	while (atomic_load(&q->producers))
@@ -447,7 +446,7 @@ SV_EXPORT int ibv_resize_cq(struct ibv_cq *ibcq, int cqe)
 	uint32_t n = (uint32_t)(atomic_load_explicit(&q->tail, memory_order_relaxed) - head);
 	if ((uint32_t)cqe < n) {
 		atomic_store(&q->frozen, 0);
-		sv_shm_unlock(&q->lock);
+		sv_own_unlock(&q->lock);
 		sv_seg_free(&cq->ctx->seg, off, (uint64_t)cqe * sizeof(struct shm_cqe));
 		return sv_fail(EINVAL, "ibv_resize_cq", "CQ holds %u completions, more than cqe %d; "
 			       "poll them first", n, cqe);
@@ -465,7 +464,7 @@ SV_EXPORT int ibv_resize_cq(struct ibv_cq *ibcq, int cqe)
 	atomic_store_explicit(&q->tail, n, memory_order_relaxed);
 	ibcq->cqe = cqe;
 	atomic_store(&q->frozen, 0);
-	sv_shm_unlock(&q->lock);
+	sv_own_unlock(&q->lock);
 	/* The first ring is part of the CQ's own block; later ones are not. */
 	if (old_off != first_ring_off(cq->sh_off))
 		sv_seg_free(&cq->ctx->seg, old_off, old_bytes);

@@ -190,7 +190,8 @@ static int qp_alloc_queues(struct sv_context *c, struct sv_qp *qp,
 	if (a->comp_mask & IBV_QP_INIT_ATTR_IND_TABLE)
 		return rss_alloc(c, qp, a);	/* receives through its WQs only */
 	if (!a->srq && a->qp_type != IBV_QPT_XRC_SEND) {
-		qp->rq = sv_seg_new_wq(&c->seg, a->cap.max_recv_wr, a->cap.max_recv_sge, &qp->rq_off);
+		qp->rq = sv_seg_new_wq(&c->seg, a->cap.max_recv_wr + SV_RQ_SLACK,
+				       a->cap.max_recv_sge, &qp->rq_off);
 		if (!qp->rq)
 			return ENOMEM;
 		qp->rq->lockfree = 1;
@@ -299,6 +300,8 @@ struct ibv_qp *sv_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_
 	qp->cap.max_inline_data = qp->sq ? SV_MAX_INLINE_DATA : 0;
 	if (!qp->rq)
 		qp->cap.max_recv_wr = qp->cap.max_recv_sge = 0;
+	else
+		qp->cap.max_recv_wr = qp->rq->size;
 	a->cap = qp->cap;
 	qp_hold(qp, 1);
 

@@ -278,7 +278,10 @@ int sv_wq_post_list(struct shm_hdr *h, struct shm_wq *wq, struct ibv_recv_wr *wr
 	const char *why;
 	int ret = 0;
 
-	sv_shm_lock(&wq->lock);
+	if (wq->lockfree)
+		sv_own_lock(&wq->post_lock);
+	else
+		sv_shm_lock(&wq->lock);
 	for (; wr && !ret; wr = wr->next) {
 		ret = sv_wq_post(h, wq, wr, &why);
 		if (ret) {
@@ -287,7 +290,10 @@ int sv_wq_post_list(struct shm_hdr *h, struct shm_wq *wq, struct ibv_recv_wr *wr
 				(unsigned long long)wr->wr_id, why);
 		}
 	}
-	sv_shm_unlock(&wq->lock);
+	if (wq->lockfree)
+		sv_own_unlock(&wq->post_lock);
+	else
+		sv_shm_unlock(&wq->lock);
 	return ret;
 }
 

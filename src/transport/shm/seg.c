@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,6 +65,34 @@ void sv_shm_lock(pthread_mutex_t *m)
 void sv_shm_unlock(pthread_mutex_t *m)
 {
 	pthread_mutex_unlock(m);
+}
+
+/*
+ * The lock of a queue only its owner's threads take (a CQ's pollers, a
+ * lock-free receive queue's posters).  Its release is a plain store, where
+ * a mutex's is a locked instruction: that waits for every store before it
+ * to reach the cache, among them the one that just wrote a line the peer
+ * holds (a freed CQE, a posted WQE), and so made the poll or post that
+ * answers a message wait a cache-line transfer for nothing.  The acquire
+ * spins, then yields: a holder off its core is waited for by yielding,
+ * never sleeping, since a plain-store release wakes nobody.
+ */
+void sv_own_lock(_Atomic uint32_t *l)
+{
+	for (unsigned i = 0;; i++) {
+		if (!atomic_load_explicit(l, memory_order_relaxed) &&
+		    !atomic_exchange_explicit(l, 1, memory_order_acquire))
+			return;
+		if (i < SV_LOCK_SPINS)
+			sv_cpu_relax();
+		else
+			sched_yield();
+	}
+}
+
+void sv_own_unlock(_Atomic uint32_t *l)
+{
+	atomic_store_explicit(l, 0, memory_order_release);
 }
 
 static void reclaim_aged(struct sv_seg *s);
@@ -300,6 +329,10 @@ int sv_rq_post(struct shm_hdr *h, struct shm_wq *wq, const struct ibv_recv_wr *w
 	/* Pairs with the consumer's acquire load: the WQE before its seq. */
 	atomic_store_explicit(&w->seq, (uint32_t)wq->tail + 1, memory_order_release);
 	wq->tail++;
+	/* The next post's slot was freed by a consumer long ago (the queue
+	 * has SV_RQ_SLACK slots more than an application keeps posted): ask
+	 * for its line now, while this thread has nothing to wait for. */
+	sv_prefetchw(shm_at(h, wq->wqe_off + (wq->tail % wq->size) * wq->stride));
 	return 0;
 }
 

@@ -118,7 +118,7 @@ struct shm_dm {
  * An SRQ works under its robust mutex (head, count; the limit, resizing
  * and tag matching need it).  A QP's RQ and a WQ are lock-free for their
  * consumers (`lockfree`), the initiators: slots carry sequence numbers as
- * a CQ's do (struct shm_cq).  The owner posts at `tail` under the mutex,
+ * a CQ's do (struct shm_cq).  The owner posts at `tail` under `post_lock`,
  * which only its own threads take, when the slot's seq is the position,
  * and publishes with seq = position + 1 (release); a consumer takes the
  * position at `rx_head` whose slot shows position + 1 (acquire) with a
@@ -152,8 +152,9 @@ struct shm_wq {
 	uint64_t cq_off;
 	uint64_t tm_off;		/* tag matching: the list (tm_tags entries) */
 	uint32_t tm_stride;
-	/* The lock's line: an SRQ's whole state, a lock-free queue's posts. */
-	_Alignas(64) pthread_mutex_t lock;	/* robust, process-shared */
+	/* The locks' line: an SRQ's whole state, a lock-free queue's posts. */
+	_Alignas(64) pthread_mutex_t lock;	/* an SRQ's: robust, process-shared */
+	_Atomic uint32_t post_lock;	/* a lock-free queue's posters' (sv_own_lock) */
 	uint32_t head, count;		/* under lock (SRQ) */
 	uint32_t limit;			/* SRQ limit; 0 = not armed */
 	_Atomic uint32_t limit_hit;	/* an initiator crossed the limit */
@@ -229,7 +230,7 @@ _Static_assert(IBV_WC_DRIVER3 < 256 && IBV_WC_TM_RNDV_INCOMPLETE < 256, "opcode 
  * no lock line goes back and forth between producer and poller.
  *
  * `lock` is the owner's only: pollers, resize and the clean-up of a reset
- * QP's entries.  Resize also stops producers: it raises `frozen` and waits
+ * QP's entries (sv_own_lock()).  Resize also stops producers: it raises `frozen` and waits
  * for `producers` (counted around each push) to drain; both sides use
  * sequentially consistent order, so a producer either sees the flag or is
  * seen counted.
@@ -247,7 +248,7 @@ struct shm_cq {
 	_Atomic uint32_t notify;	/* an event is due: the owner delivers it */
 	_Atomic uint32_t overrun;	/* a completion found the CQ full */
 	/* The owner's line. */
-	_Alignas(64) pthread_mutex_t lock;	/* robust, process-shared; the owner's threads */
+	_Alignas(64) _Atomic uint32_t lock;	/* the owner's threads' (sv_own_lock) */
 	_Atomic uint64_t head;		/* next position to consume: under lock, read without */
 	/* Producers' line. */
 	_Alignas(64) _Atomic uint64_t tail;	/* next position to claim */

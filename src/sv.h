@@ -412,6 +412,9 @@ struct sv_cq {
 	uint32_t comp_events_reported;	/* guarded by ex.mutex */
 	uint32_t async_events_reported;
 	struct shm_cqe *cur;		/* the entry start_poll/next_poll hold */
+	/* The deferred slot most likely next (cq.c): set under the CQ's lock,
+	 * read by empty polls without it. */
+	_Atomic(const void *) defer_next;
 	struct sv_cq *next;		/* context's list, under ctx->lock */
 };
 
@@ -611,6 +614,8 @@ bool sv_seg_gone(const struct shm_hdr *t, bool check_pid);
 uint8_t sv_defer_put(struct shm_hdr *h, struct shm_hdr *own, const struct iovec *src, int ns,
 		     const struct iovec *dst, int nd, uint64_t len, uint32_t *hint);
 void sv_defer_place(struct shm_hdr *h, struct shm_hdr *own, uint8_t defer);
+/* The slot a sender that just used slot defer - 1 fills next. */
+const void *sv_defer_next(const struct shm_hdr *h, uint8_t defer);
 void sv_defer_flush(struct shm_hdr *h, struct shm_hdr *own);
 void sv_defer_solo(struct shm_hdr *h, bool solo);
 void sv_copy_iov(const struct iovec *d, int nd, const struct iovec *s, int ns);

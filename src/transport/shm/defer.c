@@ -148,6 +148,11 @@ void sv_defer_place(struct shm_hdr *h, struct shm_hdr *own, uint8_t defer)
 	atomic_store_explicit(&s->state, SHM_DEFER_FREE, memory_order_release);
 }
 
+const void *sv_defer_next(const struct shm_hdr *h, uint8_t defer)
+{
+	return &ring(h)->slot[defer % SHM_DEFER_SLOTS];
+}
+
 void sv_defer_flush(struct shm_hdr *h, struct shm_hdr *own)
 {
 	struct shm_defer *d = ring(h);

@@ -429,8 +429,6 @@ enum sv_result sv_deliver_wqe(struct sv_qp *qp, const struct sv_swqe *w, struct 
 		sv_copy_mapped(qp->ctx->seg.h, true, src, ns, riov, (int)rw->num_sge);
 	else if (need && !(e->defer = defer(qp, t, rw, held, flags, src, ns, riov, need)))
 		err = sv_copy_to(t->mseg, qp->ctx->seg.h, src, ns, riov, (int)rw->num_sge);
-	if (need)
-		qp->defer_last = e->defer != 0;
 	sv_resp_recv_put(t, rw, held);
 	if (err && sv_resp_gone(t))
 		return SV_R_NO_RESPONSE;
@@ -469,27 +467,6 @@ enum sv_result sv_deliver_wqe(struct sv_qp *qp, const struct sv_swqe *w, struct 
 	return SV_R_OK;
 }
 
-/*
- * The receiver's lines a SEND will miss on -- the WQE it takes and, when
- * its data is deferred as the last one's was, the slot it fills -- asked
- * for together, so that their transfers overlap instead of following one
- * another.  (Not the CQE's: the receiver is most likely polling that line,
- * and would take it straight back.)
- */
-static void prefetch_recv(const struct sv_qp *qp, const struct sv_target *t)
-{
-	const struct shm_wq *wq = shm_at(t->seg, t->wq_off);
-
-	if (wq->lockfree) {
-		uint64_t pos = atomic_load_explicit(&wq->rx_head, memory_order_relaxed);
-		sv_prefetchw(shm_at(t->seg, wq->wqe_off + (pos % wq->size) * wq->stride));
-	}
-	if (qp->defer_last) {
-		const struct shm_defer *d = shm_at(t->seg, t->seg->defer_off);
-		sv_prefetchw(&d->slot[qp->defer_hint % SHM_DEFER_SLOTS]);
-	}
-}
-
 enum sv_result sv_deliver_recv(struct sv_qp *qp, struct sv_swqe *w, struct sv_target *t,
 			       const struct iovec *liov, int nl, uint64_t len, bool data)
 {
@@ -502,7 +479,6 @@ enum sv_result sv_deliver_recv(struct sv_qp *qp, struct sv_swqe *w, struct sv_ta
 		if (wq->tm_tags)
 			return sv_tm_deliver(qp, w, t, wq, liov, nl, len);
 	}
-	prefetch_recv(qp, t);
 	enum sv_result r = sv_resp_take_recv(t, &rw.w);
 	if (r != SV_R_OK)
 		return r;

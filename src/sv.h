@@ -524,6 +524,7 @@ struct sv_qp {
 	struct sv_peer_cache peer;
 	struct sv_map_cache map;
 	uint32_t defer_hint;		/* the receiver's slot to try first (defer.c) */
+	bool defer_last;		/* the last SEND's data was deferred (req.c) */
 	/* Rendezvous FINs the device owes this QP (engine/tm.c), oldest
 	 * first, under sq_lock: each is sent after the SEND that asked for it
 	 * completes, as its ACK precedes the read, and waits for a receive

@@ -209,6 +209,36 @@ static void queue_wr(struct sv_qp *qp, const struct ibv_send_wr *wr)
 	qp->sq_count++;
 }
 
+/*
+ * A SEND on a connected QP to a receiver reached before: ask now for the
+ * receiver's next WQE and, when the last message was deferred, its next
+ * deferred slot, so that both lines travel while the WR is checked and
+ * queued rather than one after the other when they are read (the receiver
+ * wrote the WQE, and its empty polls fetch the slot: both are elsewhere).
+ * Hints only; the peer cache is used under sq_lock, as by sv_resp_locate().
+ */
+static void prefetch_receiver(struct sv_qp *qp, const struct ibv_send_wr *wr)
+{
+	struct shm_hdr *seg = qp->peer.seg;
+	enum ibv_qp_type type = qp->ex.qp_base.qp_type;
+
+	if (!seg || (type != IBV_QPT_RC && type != IBV_QPT_UC) ||
+	    (unsigned)wr->opcode >= SV_ARRAY_SIZE(wr_info) || !(wr_info[wr->opcode].flags & F_SEND))
+		return;
+	const struct shm_qp *tq = sv_seg_qp(seg, qp->attr.dest_qp_num);
+	if (!tq)
+		return;
+	if (tq->rq_off) {
+		const struct shm_wq *wq = shm_at(seg, tq->rq_off);
+		uint64_t pos = atomic_load_explicit(&wq->rx_head, memory_order_relaxed);
+		sv_prefetchw(shm_at(seg, wq->wqe_off + (pos % wq->size) * wq->stride));
+	}
+	if (qp->defer_last) {
+		const struct shm_defer *d = shm_at(seg, seg->defer_off);
+		sv_prefetchw(&d->slot[qp->defer_hint % SHM_DEFER_SLOTS]);
+	}
+}
+
 int sv_post_send(struct ibv_qp *ib, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
 {
 	struct sv_qp *qp = sv_qp(ib);
@@ -229,6 +259,7 @@ int sv_post_send(struct ibv_qp *ib, struct ibv_send_wr *wr, struct ibv_send_wr *
 			       ib->qp_num, sv_qp_state_name(st));
 	}
 	pthread_mutex_lock(&qp->sq_lock);
+	prefetch_receiver(qp, wr);
 	for (; wr; wr = wr->next) {
 		ret = check_wr(qp, wr, &why);
 		if (!ret && qp->sq_count >= qp->cap.max_send_wr) {
@@ -429,6 +460,8 @@ enum sv_result sv_deliver_wqe(struct sv_qp *qp, const struct sv_swqe *w, struct 
 		sv_copy_mapped(qp->ctx->seg.h, true, src, ns, riov, (int)rw->num_sge);
 	else if (need && !(e->defer = defer(qp, t, rw, held, flags, src, ns, riov, need)))
 		err = sv_copy_to(t->mseg, qp->ctx->seg.h, src, ns, riov, (int)rw->num_sge);
+	if (need)
+		qp->defer_last = e->defer != 0;
 	sv_resp_recv_put(t, rw, held);
 	if (err && sv_resp_gone(t))
 		return SV_R_NO_RESPONSE;

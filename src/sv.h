@@ -523,7 +523,6 @@ struct sv_qp {
 	uint32_t events_reported;
 	struct sv_peer_cache peer;
 	struct sv_map_cache map;
-	uint32_t defer_hint;		/* the receiver's slot to try first (defer.c) */
 	bool defer_last;		/* the last SEND's data was deferred (req.c) */
 	/* Rendezvous FINs the device owes this QP (engine/tm.c), oldest
 	 * first, under sq_lock: each is sent after the SEND that asked for it
@@ -612,7 +611,7 @@ int sv_seg_await(const struct shm_hdr *t, _Atomic uint32_t *done, uint32_t seq,
 bool sv_seg_gone(const struct shm_hdr *t, bool check_pid);
 /* transport/shm/defer.c */
 uint8_t sv_defer_put(struct shm_hdr *h, struct shm_hdr *own, const struct iovec *src, int ns,
-		     const struct iovec *dst, int nd, uint64_t len, uint32_t *hint);
+		     const struct iovec *dst, int nd, uint64_t len);
 void sv_defer_place(struct shm_hdr *h, struct shm_hdr *own, uint8_t defer);
 /* The slot a sender that just used slot defer - 1 fills next. */
 const void *sv_defer_next(const struct shm_hdr *h, uint8_t defer);

@@ -250,7 +250,8 @@ static void prefetch_receiver(struct sv_qp *qp, const struct ibv_send_wr *wr)
 	}
 	if (qp->defer_last) {
 		const struct shm_defer *d = shm_at(seg, seg->defer_off);
-		sv_prefetchw(&d->slot[qp->defer_hint % SHM_DEFER_SLOTS]);
+		uint64_t p = atomic_load_explicit(&d->tail, memory_order_relaxed);
+		sv_prefetchw(&d->slot[p % SHM_DEFER_SLOTS]);
 	} else if (tq->rcq_off) {
 		const struct shm_cq *cq = shm_at(seg, tq->rcq_off);
 		uint64_t p = atomic_load_explicit(&cq->tail, memory_order_relaxed);
@@ -427,8 +428,7 @@ static uint8_t defer(struct sv_qp *qp, struct sv_target *t, const struct shm_rwq
 	for (uint32_t i = 0; i < rw->num_sge; i++)
 		if (held[i] && (held[i]->access & IBV_ACCESS_ON_DEMAND))
 			return 0;
-	return sv_defer_put(t->seg, qp->ctx->seg.h, src, ns, riov, (int)rw->num_sge, len,
-			    &qp->defer_hint);
+	return sv_defer_put(t->seg, qp->ctx->seg.h, src, ns, riov, (int)rw->num_sge, len);
 }
 
 enum sv_result sv_deliver_wqe(struct sv_qp *qp, const struct sv_swqe *w, struct sv_target *t,

@@ -92,26 +92,31 @@ static void await_placed(struct shm_hdr *h, struct shm_hdr *own, struct shm_defe
 }
 
 uint8_t sv_defer_put(struct shm_hdr *h, struct shm_hdr *own, const struct iovec *src, int ns,
-		     const struct iovec *dst, int nd, uint64_t len, uint32_t *hint)
+		     const struct iovec *dst, int nd, uint64_t len)
 {
 	struct shm_defer *d = ring(h);
-	struct shm_defer_slot *s = NULL;
-	uint32_t i = 0;
+	struct shm_defer_slot *s;
 
 	if (len > SHM_DEFER_MAX || nd > SHM_DEFER_IOV || !atomic_load(&d->solo))
 		return 0;
-	for (uint32_t k = 0; k < SHM_DEFER_SLOTS && !s; k++) {
-		uint32_t expect = SHM_DEFER_FREE;
-		i = (*hint + k) % SHM_DEFER_SLOTS;
-		if (atomic_load_explicit(&d->slot[i].state, memory_order_relaxed) == expect &&
-		    atomic_compare_exchange_strong_explicit(&d->slot[i].state, &expect,
-							    SHM_DEFER_FILLING, memory_order_acquire,
-							    memory_order_relaxed))
-			s = &d->slot[i];
+	/* Take the next position (shm.h): its slot must have been freed
+	 * for it, a lap after its last use. */
+	uint64_t p = atomic_load_explicit(&d->tail, memory_order_relaxed);
+	for (;;) {
+		s = &d->slot[p % SHM_DEFER_SLOTS];
+		/* Pairs with the poller's release store freeing the slot. */
+		int32_t lag = (int32_t)(atomic_load_explicit(&s->seq, memory_order_acquire) -
+					(uint32_t)p);
+		if (lag < 0)
+			return 0;	/* not freed yet: the initiator places it itself */
+		if (lag > 0)		/* another initiator took p */
+			p = atomic_load_explicit(&d->tail, memory_order_relaxed);
+		else if (atomic_compare_exchange_weak_explicit(&d->tail, &p, p + 1,
+							       memory_order_relaxed,
+							       memory_order_relaxed))
+			break;
 	}
-	if (!s)
-		return 0;	/* all in use: the initiator places it itself */
-	*hint = i + 1;
+	atomic_store_explicit(&s->seq, (uint32_t)p + 1, memory_order_relaxed);
 	s->niov = (uint16_t)nd;
 	s->len = (uint16_t)len;
 	s->iov0.addr = (uintptr_t)dst[0].iov_base;
@@ -131,7 +136,7 @@ uint8_t sv_defer_put(struct shm_hdr *h, struct shm_hdr *own, const struct iovec 
 		place(h, own, s);
 		atomic_store_explicit(&s->state, SHM_DEFER_PLACED, memory_order_release);
 	}
-	return (uint8_t)(i + 1);
+	return (uint8_t)(p % SHM_DEFER_SLOTS + 1);
 }
 
 /* The poller of the completion naming the slot (or, for a completion the
@@ -144,8 +149,11 @@ void sv_defer_place(struct shm_hdr *h, struct shm_hdr *own, uint8_t defer)
 		place(h, own, s);
 	else	/* a flusher has it: its copy must be in before the completion */
 		await_placed(h, own, s);
-	/* Pairs with the acquire load of an initiator claiming the slot. */
-	atomic_store_explicit(&s->state, SHM_DEFER_FREE, memory_order_release);
+	atomic_store_explicit(&s->state, SHM_DEFER_FREE, memory_order_relaxed);
+	/* Pairs with the acquire load of the initiator taking the slot's
+	 * position a lap later: it sees the slot placed and FREE. */
+	uint32_t next = atomic_load_explicit(&s->seq, memory_order_relaxed) - 1 + SHM_DEFER_SLOTS;
+	atomic_store_explicit(&s->seq, next, memory_order_release);
 }
 
 const void *sv_defer_next(const struct shm_hdr *h, uint8_t defer)

@@ -120,6 +120,9 @@ static uint64_t shm_layout(struct shm_hdr *h)
 	h->owner_off = off;
 	off = align_up(off + sizeof(struct shm_owner));
 	h->defer_off = off;
+	struct shm_defer *d = shm_at(h, off);
+	for (uint32_t i = 0; i < SHM_DEFER_SLOTS; i++)
+		atomic_store_explicit(&d->slot[i].seq, i, memory_order_relaxed);
 	off = align_up(off + sizeof(struct shm_defer));
 	h->assist_off = off;
 	off = align_up(off + sizeof(struct shm_assist));

@@ -38,7 +38,7 @@
 #include <stdint.h>
 
 #define SHM_MAGIC	0x4d485653u	/* "SVHM" */
-#define SHM_VERSION	7u
+#define SHM_VERSION	8u
 #define SHM_SEG_SIZE	(256ull << 20)	/* sparse: only touched pages cost memory */
 #define SHM_ALIGN	64u
 
@@ -347,27 +347,35 @@ struct shm_owner {
 
 /*
  * Deferred placement (transport/shm/defer.c): a small SEND into private
- * memory left for the receiver to place when it polls.  A slot is
- * claimed by one initiator (FREE -> FILLING, compare-and-swap), filled,
- * and published (PENDING, release; then `published`, seq_cst).  Whoever
+ * memory left for the receiver to place when it polls.  Initiators take
+ * slots in turn, as the producers of D. Vyukov's bounded queue: position
+ * p may fill slot p % SHM_DEFER_SLOTS once the slot's `seq` is p (acquire),
+ * and becomes one initiator's by a compare-and-swap on `tail`, a line only
+ * initiators write, so that filling the slot needs no locked instruction
+ * on its line.  The initiator stores seq = p + 1, fills the slot and
+ * publishes it (PENDING, release; then `published`, seq_cst).  Whoever
  * places it -- the poller of the completion that names it, or a flusher
  * before an RDMA access to this memory -- claims it (PENDING -> PLACING),
  * copies, counts `placed` and marks it PLACED; only the poller frees it
- * (FREE, release), after clearing the completion's reference.  The first
- * iovec and the data share the slot's first line: an 8-byte message is
- * one line.  `published` is written by initiators only and `placed` by
- * placers only, on lines of their own: a flusher compares the two.
+ * (FREE, then seq = p + SHM_DEFER_SLOTS, release), after clearing the
+ * completion's reference.  A slot not yet freed a lap later stops
+ * deferral (its position waits for it) until its completion is polled.
+ * The first iovec and the data share the slot's first line: an 8-byte
+ * message is one line.  `tail` and `published` are written by initiators
+ * only and `placed` by placers only, on lines of their own: a flusher
+ * compares the two counts.
  */
 #define SHM_DEFER_SLOTS	64
 #define SHM_DEFER_IOV	4
-#define SHM_DEFER_MAX	184
+#define SHM_DEFER_MAX	176
 
-enum shm_defer_state { SHM_DEFER_FREE, SHM_DEFER_FILLING, SHM_DEFER_PENDING, SHM_DEFER_PLACING,
-		       SHM_DEFER_PLACED };
+enum shm_defer_state { SHM_DEFER_FREE, SHM_DEFER_PENDING, SHM_DEFER_PLACING, SHM_DEFER_PLACED };
 
 struct shm_defer_slot {
 	_Atomic uint32_t state;
+	_Atomic uint32_t seq;		/* the position that may fill it; + 1 once filled */
 	uint16_t niov, len;
+	uint32_t pad;
 	struct { uint64_t addr, len; } iov0;
 	uint8_t data[SHM_DEFER_MAX];
 	struct { uint64_t addr, len; } iov[SHM_DEFER_IOV - 1];	/* the rest */
@@ -376,7 +384,9 @@ _Static_assert(sizeof(struct shm_defer_slot) == 256, "four lines per slot");
 
 struct shm_defer {
 	_Atomic uint32_t solo;		/* the owner process has only this context */
-	_Alignas(64) _Atomic uint32_t published;
+	/* The initiators' line. */
+	_Alignas(64) _Atomic uint64_t tail;	/* the next position */
+	_Atomic uint32_t published;
 	_Alignas(64) _Atomic uint32_t placed;
 	_Alignas(64) struct shm_defer_slot slot[SHM_DEFER_SLOTS];
 };

@@ -610,6 +610,7 @@ int sv_seg_await(const struct shm_hdr *t, _Atomic uint32_t *done, uint32_t seq,
  * not on every spin) its process has died. */
 bool sv_seg_gone(const struct shm_hdr *t, bool check_pid);
 /* transport/shm/defer.c */
+void sv_defer_init(struct shm_hdr *h);	/* a new segment's ring */
 uint8_t sv_defer_put(struct shm_hdr *h, struct shm_hdr *own, const struct iovec *src, int ns,
 		     const struct iovec *dst, int nd, uint64_t len);
 void sv_defer_place(struct shm_hdr *h, struct shm_hdr *own, uint8_t defer);

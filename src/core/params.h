@@ -75,8 +75,9 @@
  * only its owner's threads take, yields). */
 #define SV_LOCK_SPINS		256
 
-/* A QP's receive queue has this many slots more than max_recv_wr asks for
- * (and reports the total back, as providers report their rounded sizes).
+/* A QP's receive queue (and a WQ) has this many slots more than max_recv_wr
+ * (max_wr) asks for, and reports the total back, as providers report their
+ * rounded sizes.
  * An application that keeps the queue topped up at the size it asked for
  * then never posts into the slot the sender takes next: the post can
  * fetch its next slot early (sv_rq_post()) without taking the line the

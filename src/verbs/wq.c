@@ -47,7 +47,7 @@ struct ibv_wq *sv_create_wq(struct ibv_context *ctx, struct ibv_wq_init_attr *a)
 	struct sv_context *c = sv_ctx(ctx);
 	struct sv_wq *wq = calloc(1, sizeof(*wq));
 	if (wq)
-		wq->sh = sv_seg_new_wq(&c->seg, a->max_wr, a->max_sge, &wq->sh_off);
+		wq->sh = sv_seg_new_wq(&c->seg, a->max_wr + SV_RQ_SLACK, a->max_sge, &wq->sh_off);
 	if (!wq || !wq->sh || sv_obj_add(wq, SV_OBJ_WQ, ctx)) {
 		if (wq && wq->sh)
 			sv_seg_free(&c->seg, wq->sh_off, sv_seg_wq_bytes(wq->sh));

@@ -91,6 +91,15 @@ static void await_placed(struct shm_hdr *h, struct shm_hdr *own, struct shm_defe
 	}
 }
 
+void sv_defer_init(struct shm_hdr *h)
+{
+	struct shm_defer *d = ring(h);
+
+	/* Slot i is first filled by position i (shm.h). */
+	for (uint32_t i = 0; i < SHM_DEFER_SLOTS; i++)
+		atomic_store_explicit(&d->slot[i].seq, i, memory_order_relaxed);
+}
+
 uint8_t sv_defer_put(struct shm_hdr *h, struct shm_hdr *own, const struct iovec *src, int ns,
 		     const struct iovec *dst, int nd, uint64_t len)
 {

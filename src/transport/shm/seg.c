@@ -120,9 +120,6 @@ static uint64_t shm_layout(struct shm_hdr *h)
 	h->owner_off = off;
 	off = align_up(off + sizeof(struct shm_owner));
 	h->defer_off = off;
-	struct shm_defer *d = shm_at(h, off);
-	for (uint32_t i = 0; i < SHM_DEFER_SLOTS; i++)
-		atomic_store_explicit(&d->slot[i].seq, i, memory_order_relaxed);
 	off = align_up(off + sizeof(struct shm_defer));
 	h->assist_off = off;
 	off = align_up(off + sizeof(struct shm_assist));
@@ -167,6 +164,7 @@ int sv_seg_create(struct sv_seg *s, uint32_t ep, uint32_t dev_index)
 	h->start_time = sv_proc_start_time(h->pid);
 	h->dev_index = dev_index;
 	s->heap_end = shm_layout(h);
+	sv_defer_init(h);
 	sv_shm_mutex_init(&h->atomic_lock);
 	sv_shm_mutex_init(&((struct shm_bounce *)shm_at(h, h->bounce_off))->lock);
 	sv_shm_mutex_init(&((struct shm_owner *)shm_at(h, h->owner_off))->lock);

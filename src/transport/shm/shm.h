@@ -229,11 +229,11 @@ _Static_assert(IBV_WC_DRIVER3 < 256 && IBV_WC_TM_RNDV_INCOMPLETE < 256, "opcode 
  * completion crossing processes moves its entry's line and nothing else:
  * no lock line goes back and forth between producer and poller.
  *
- * `lock` is the owner's only: pollers, resize and the clean-up of a reset
- * QP's entries (sv_own_lock()).  Resize also stops producers: it raises `frozen` and waits
- * for `producers` (counted around each push) to drain; both sides use
- * sequentially consistent order, so a producer either sees the flag or is
- * seen counted.
+ * `lock` is the owner's only (sv_own_lock()): pollers, resize and the
+ * clean-up of a reset QP's entries.  Resize also stops producers: it raises
+ * `frozen` and waits for `producers` (counted around each push) to drain;
+ * both sides use sequentially consistent order, so a producer either sees
+ * the flag or is seen counted.
  *
  * Three lines, by who writes them (struct shm_wq says why): the ring's
  * shape and the arm, which change only on resize and when the owner asks

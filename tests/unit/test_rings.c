@@ -8,7 +8,10 @@
  *  - a receive queue's consumers (sv_rq_take) against the owner posting:
  *    every WQE is taken exactly once, each consumer sees them in posting
  *    order, and a full queue refuses the post (ENOMEM);
- *  - a CQ's producer against the owner re-arming it: no event is lost.
+ *  - a CQ's producer against the owner re-arming it: no event is lost;
+ *  - the owner's own threads polling one CQ, and posting to one receive
+ *    queue, at once: each completion is returned once, and each WQE is
+ *    taken once (the owner-only locks, sv_own_lock).
  * ThreadSanitizer runs this test too.
  */
 #define _GNU_SOURCE
@@ -252,6 +255,123 @@ static void test_rq_consumers(void **state)
 	assert_int_equal(ibv_destroy_qp(ibqp), 0);
 }
 
+/*
+ * The owner's threads share a CQ's poll and a receive queue's post.  Each
+ * round fills the queue first and then starts both threads at a barrier,
+ * so that on two cores they run at once and meet on every entry.
+ */
+#define OWNER_THREADS 2
+#define PER_ROUND 8000
+#define ROUNDS 200
+
+struct sharer {
+	pthread_barrier_t *go;
+	struct ibv_cq *cq;
+	struct ibv_qp *qp;
+	uint64_t first;			/* a poster posts first, first + OWNER_THREADS, ... */
+	uint8_t *seen;			/* per wr_id, counted under no lock: per thread */
+	int err;			/* a failure, checked by the main thread */
+};
+
+static void *poll_shared(void *arg)
+{
+	struct sharer *s = arg;
+	struct ibv_wc wc;
+
+	pthread_barrier_wait(s->go);
+	while (ibv_poll_cq(s->cq, 1, &wc) == 1) {
+		if (wc.wr_id >= PER_ROUND) {
+			s->err = EPROTO;	/* a completion never pushed */
+			break;
+		}
+		s->seen[wc.wr_id]++;
+	}
+	return NULL;
+}
+
+static void *post_shared(void *arg)
+{
+	struct sharer *s = arg;
+
+	pthread_barrier_wait(s->go);
+	for (uint64_t id = s->first; id < PER_ROUND; id += OWNER_THREADS) {
+		struct ibv_sge sge = { (id + 1) * 8, 8, 0 };
+		struct ibv_recv_wr wr = { .wr_id = id, .sg_list = &sge, .num_sge = 1 }, *bad;
+		if ((s->err = ibv_post_recv(s->qp, &wr, &bad)))
+			break;
+	}
+	return NULL;
+}
+
+static void test_owner_threads_share(void **state)
+{
+	struct fix *f = *state;
+	struct ibv_cq *ibcq = ibv_create_cq(f->ctx, PER_ROUND, NULL, NULL, 0);
+	struct ibv_qp_init_attr ia = { .send_cq = f->cq, .recv_cq = f->cq, .qp_type = IBV_QPT_RC,
+				       .cap = { 1, PER_ROUND, 1, 1, 0 } };
+	struct ibv_qp *ibqp = ibv_create_qp(f->pd, &ia);
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1 };
+	assert_int_equal(ibv_modify_qp(ibqp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+				       IBV_QP_ACCESS_FLAGS), 0);
+	struct sv_qp *qp = sv_qp(ibqp);
+	pthread_barrier_t go;
+	struct sharer s[OWNER_THREADS];
+	pthread_t t[OWNER_THREADS];
+	uint8_t *seen = malloc((size_t)OWNER_THREADS * PER_ROUND);
+	union { struct shm_rwqe w; char buf[sizeof(struct shm_rwqe) + 4 * sizeof(struct ibv_sge)]; } rw;
+
+	assert_int_equal(pthread_barrier_init(&go, NULL, OWNER_THREADS), 0);
+	for (int round = 0; round < ROUNDS; round++) {
+		/* Both threads poll one CQ: each completion returned once. */
+		for (uint64_t id = 0; id < PER_ROUND; id++) {
+			struct shm_cqe e = { .wr_id = id, .opcode = IBV_WC_RECV };
+			assert_true(sv_cq_push(sv_cq(ibcq)->ctx->seg.h, sv_cq(ibcq)->sh, &e));
+		}
+		memset(seen, 0, (size_t)OWNER_THREADS * PER_ROUND);
+		for (int i = 0; i < OWNER_THREADS; i++) {
+			s[i] = (struct sharer){ .go = &go, .cq = ibcq, .seen = seen + i * PER_ROUND };
+			assert_int_equal(pthread_create(&t[i], NULL, poll_shared, &s[i]), 0);
+		}
+		for (int i = 0; i < OWNER_THREADS; i++) {
+			assert_int_equal(pthread_join(t[i], NULL), 0);
+			assert_int_equal(s[i].err, 0);
+		}
+		for (uint32_t id = 0; id < PER_ROUND; id++)
+			if (seen[id] + seen[PER_ROUND + id] != 1)
+				fail_msg("round %d: completion %u returned %u times", round, id,
+					 seen[id] + seen[PER_ROUND + id]);
+		/* Both threads post to one receive queue: each WQE taken once. */
+		for (int i = 0; i < OWNER_THREADS; i++) {
+			s[i] = (struct sharer){ .go = &go, .qp = ibqp, .first = (uint64_t)i };
+			assert_int_equal(pthread_create(&t[i], NULL, post_shared, &s[i]), 0);
+		}
+		for (int i = 0; i < OWNER_THREADS; i++) {
+			assert_int_equal(pthread_join(t[i], NULL), 0);
+			assert_int_equal(s[i].err, 0);
+		}
+		memset(seen, 0, PER_ROUND);
+		for (uint32_t n = 0; n < PER_ROUND; n++) {
+			if (!sv_rq_take(qp->ctx->seg.h, qp->rq, &rw.w))
+				fail_msg("round %d: %u of %u posted WQEs there", round, n, PER_ROUND);
+			if (rw.w.wr_id >= PER_ROUND || rw.w.sge[0].addr != (rw.w.wr_id + 1) * 8)
+				fail_msg("round %d: WQE wr_id %llu addr 0x%llx was never posted", round,
+					 (unsigned long long)rw.w.wr_id,
+					 (unsigned long long)rw.w.sge[0].addr);
+			seen[rw.w.wr_id]++;
+		}
+		for (uint32_t id = 0; id < PER_ROUND; id++)
+			if (seen[id] != 1)
+				fail_msg("round %d: wr_id %u taken %u times", round, id, seen[id]);
+	}
+	printf("# %d rounds: %d completions polled once each by %d threads, %d WQEs posted by "
+	       "%d threads taken once each\n", ROUNDS, PER_ROUND, OWNER_THREADS, PER_ROUND,
+	       OWNER_THREADS);
+	pthread_barrier_destroy(&go);
+	free(seen);
+	assert_int_equal(ibv_destroy_qp(ibqp), 0);
+	assert_int_equal(ibv_destroy_cq(ibcq), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -259,6 +379,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_full_ring_refuses, fix_setup, fix_teardown),
 		cmocka_unit_test_setup_teardown(test_rq_consumers, fix_setup, fix_teardown),
 		cmocka_unit_test_setup_teardown(test_arm_races_push, fix_setup, fix_teardown),
+		cmocka_unit_test_setup_teardown(test_owner_threads_share, fix_setup, fix_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -614,8 +614,11 @@ void sv_defer_init(struct shm_hdr *h);	/* a new segment's ring */
 uint8_t sv_defer_put(struct shm_hdr *h, struct shm_hdr *own, const struct iovec *src, int ns,
 		     const struct iovec *dst, int nd, uint64_t len);
 void sv_defer_place(struct shm_hdr *h, struct shm_hdr *own, uint8_t defer);
-/* The slot a sender that just used slot defer - 1 fills next. */
+/* The slot a sender that just used slot defer - 1 fills next, as the
+ * receiver guesses it; the slot the next sv_defer_put() fills, as a
+ * sender knows it. */
 const void *sv_defer_next(const struct shm_hdr *h, uint8_t defer);
+const void *sv_defer_next_put(const struct shm_hdr *h);
 void sv_defer_flush(struct shm_hdr *h, struct shm_hdr *own);
 void sv_defer_solo(struct shm_hdr *h, bool solo);
 void sv_copy_iov(const struct iovec *d, int nd, const struct iovec *s, int ns);

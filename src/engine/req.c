@@ -246,12 +246,10 @@ static void prefetch_receiver(struct sv_qp *qp, const struct ibv_send_wr *wr)
 	if (tq->rq_off) {
 		const struct shm_wq *wq = shm_at(seg, tq->rq_off);
 		uint64_t pos = atomic_load_explicit(&wq->rx_head, memory_order_relaxed);
-		sv_prefetchw(shm_at(seg, wq->wqe_off + (pos % wq->size) * wq->stride));
+		sv_prefetchw(shm_wq_slot(seg, wq, pos));
 	}
 	if (qp->defer_last) {
-		const struct shm_defer *d = shm_at(seg, seg->defer_off);
-		uint64_t p = atomic_load_explicit(&d->tail, memory_order_relaxed);
-		sv_prefetchw(&d->slot[p % SHM_DEFER_SLOTS]);
+		sv_prefetchw(sv_defer_next_put(seg));
 	} else if (tq->rcq_off) {
 		const struct shm_cq *cq = shm_at(seg, tq->rcq_off);
 		uint64_t p = atomic_load_explicit(&cq->tail, memory_order_relaxed);

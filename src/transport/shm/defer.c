@@ -170,6 +170,13 @@ const void *sv_defer_next(const struct shm_hdr *h, uint8_t defer)
 	return &ring(h)->slot[defer % SHM_DEFER_SLOTS];
 }
 
+const void *sv_defer_next_put(const struct shm_hdr *h)
+{
+	const struct shm_defer *d = ring(h);
+
+	return &d->slot[atomic_load_explicit(&d->tail, memory_order_relaxed) % SHM_DEFER_SLOTS];
+}
+
 void sv_defer_flush(struct shm_hdr *h, struct shm_hdr *own)
 {
 	struct shm_defer *d = ring(h);

@@ -318,7 +318,7 @@ static void free_now(struct sv_seg *s, uint64_t off, uint64_t size)
 
 int sv_rq_post(struct shm_hdr *h, struct shm_wq *wq, const struct ibv_recv_wr *wr)
 {
-	struct shm_rwqe *w = shm_at(h, wq->wqe_off + (wq->tail % wq->size) * wq->stride);
+	struct shm_rwqe *w = shm_wq_slot(h, wq, wq->tail);
 
 	/* Pairs with the consumer's release store freeing the slot. */
 	if (atomic_load_explicit(&w->seq, memory_order_acquire) != (uint32_t)wq->tail)
@@ -333,7 +333,7 @@ int sv_rq_post(struct shm_hdr *h, struct shm_wq *wq, const struct ibv_recv_wr *w
 	/* The next post's slot was freed by a consumer long ago (the queue
 	 * has SV_RQ_SLACK slots more than an application keeps posted): ask
 	 * for its line now, while this thread has nothing to wait for. */
-	sv_prefetchw(shm_at(h, wq->wqe_off + (wq->tail % wq->size) * wq->stride));
+	sv_prefetchw(shm_wq_slot(h, wq, wq->tail));
 	return 0;
 }
 
@@ -342,7 +342,7 @@ bool sv_rq_take(struct shm_hdr *h, struct shm_wq *wq, struct shm_rwqe *out)
 	uint64_t pos = atomic_load_explicit(&wq->rx_head, memory_order_relaxed);
 
 	for (;;) {
-		struct shm_rwqe *w = shm_at(h, wq->wqe_off + (pos % wq->size) * wq->stride);
+		struct shm_rwqe *w = shm_wq_slot(h, wq, pos);
 		int32_t d = (int32_t)(atomic_load_explicit(&w->seq, memory_order_acquire) -
 				      ((uint32_t)pos + 1));
 		if (d < 0)

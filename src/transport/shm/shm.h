@@ -530,10 +530,11 @@ static inline struct shm_rwqe *shm_tm_wqe(struct shm_tm_tag *t)
 	return (struct shm_rwqe *)(t + 1);
 }
 
+/* The slot of position i (a lock-free queue's positions never wrap). */
 static inline struct shm_rwqe *shm_wq_slot(const struct shm_hdr *h, const struct shm_wq *wq,
-					   uint32_t i)
+					   uint64_t i)
 {
-	return shm_at(h, wq->wqe_off + (uint64_t)(i % wq->size) * wq->stride);
+	return shm_at(h, wq->wqe_off + (i % wq->size) * wq->stride);
 }
 
 #endif

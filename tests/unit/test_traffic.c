@@ -14,7 +14,10 @@
  *   - FETCH_ADDs and CMP_SWPs incrementing one counter in each process
  *     that every peer increments too (IBV_ATOMIC_HCA): each answer must be
  *     at least what the initiator's own earlier increments imply, and the
- *     final counter must be the number of increments acknowledged.
+ *     final counter must be the number of increments acknowledged;
+ *   - opening the peer's XRC_RECV QP, querying it and closing it again:
+ *     verbs its owner's progress thread runs for the opener (the owner
+ *     mailbox), which must answer with that QP's number and state.
  * Every region a WRITE targets is written by one initiator only, so what
  * the READ returns is known.  At the end every SEND must have arrived once,
  * in order.
@@ -69,9 +72,9 @@ static const char *const fail_name[F_KINDS] = {
 	[F_ORDER] = "out of order", [F_ATOMIC] = "atomicity", [F_STATUS] = "error completions",
 	[F_SETUP] = "setup",
 };
-enum op { OP_WRITE_READ, OP_DM, OP_SEND, OP_FADD, OP_CAS, OP_KINDS };
+enum op { OP_WRITE_READ, OP_DM, OP_SEND, OP_FADD, OP_CAS, OP_OWNER, OP_KINDS };
 static const char *const op_name[OP_KINDS] = { "write+read", "dm write+read", "send",
-					       "fetch_add", "cmp_swp" };
+					       "fetch_add", "cmp_swp", "open+query+close" };
 
 /* What the processes publish to each other and to the parent (a shared
  * mapping; each field has one writer, its process). */
@@ -82,6 +85,7 @@ struct proc {
 	uint32_t qpn[MAXP];		/* the QP that talks to peer j */
 	uint64_t mem;			/* base of the registered memory */
 	uint32_t rkey, dm_rkey;
+	uint32_t xrc_qpn;		/* its XRC_RECV QP, in INIT, in the shared domain */
 	_Atomic uint64_t sent[MAXP];	/* SENDs completed towards peer j */
 	_Atomic uint64_t incs[MAXP];	/* increments of peer j's counter acknowledged */
 	uint64_t ops[OP_KINDS], bytes;
@@ -93,6 +97,7 @@ struct proc {
 struct ctl {
 	uint32_t nprocs;
 	uint32_t seconds;
+	char xrcd_path[64];		/* the file naming the processes' XRC domain */
 	struct proc p[MAXP];
 };
 
@@ -128,6 +133,8 @@ struct me {
 	struct ibv_mr *mr, *dm_mr;
 	struct ibv_dm *dm;
 	struct ibv_qp *qp[MAXP];
+	struct ibv_xrcd *xrcd;
+	struct ibv_qp *xrc_recv;
 	uint64_t next_seq[MAXP];	/* the next SEND to peer j */
 	uint64_t expect[MAXP];		/* the next SEND expected from peer j */
 	uint64_t floor[MAXP];		/* peer j's counter is at least this */
@@ -400,6 +407,35 @@ static void do_atomic(struct me *m, unsigned j, bool cas)
 	m->p->ops[cas ? OP_CAS : OP_FADD]++;
 }
 
+/* Peer j's XRC_RECV QP through the owner mailbox: open, query, close. */
+static void owner_ops(struct me *m, unsigned j)
+{
+	const struct proc *t = &m->ctl->p[j];
+	struct ibv_qp_open_attr oa = { .comp_mask = IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_XRCD |
+				       IBV_QP_OPEN_ATTR_TYPE, .qp_num = t->xrc_qpn, .xrcd = m->xrcd,
+				       .qp_type = IBV_QPT_XRC_RECV };
+	struct ibv_qp_attr qa;
+	struct ibv_qp_init_attr qia;
+	struct ibv_qp *qp = ibv_open_qp(m->ctx, &oa);
+
+	if (!qp) {
+		failure(m, F_STATUS, "ibv_open_qp of %u's QP 0x%x: %s", j, t->xrc_qpn,
+			strerror(errno));
+		return;
+	}
+	memset(&qa, 0xff, sizeof(qa));
+	if (ibv_query_qp(qp, &qa, IBV_QP_STATE | IBV_QP_PORT, &qia))
+		failure(m, F_STATUS, "ibv_query_qp of %u's QP 0x%x: %s", j, t->xrc_qpn,
+			strerror(errno));
+	else if (qa.qp_state != IBV_QPS_INIT || qa.port_num != 1 ||
+		 qia.qp_type != IBV_QPT_XRC_RECV || qp->qp_num != t->xrc_qpn)
+		failure(m, F_CORRUPT, "%u's QP 0x%x queried as state %d port %u type %d",
+			j, t->xrc_qpn, qa.qp_state, qa.port_num, qia.qp_type);
+	if (ibv_destroy_qp(qp))
+		failure(m, F_STATUS, "closing %u's QP 0x%x: %s", j, t->xrc_qpn, strerror(errno));
+	m->p->ops[OP_OWNER]++;
+}
+
 static struct ibv_qp *make_qp(struct me *m)
 {
 	struct ibv_qp_init_attr ia = { .send_cq = m->scq, .recv_cq = m->rcq, .qp_type = IBV_QPT_RC,
@@ -498,6 +534,21 @@ static void setup(struct me *m, enum mem_kind kind)
 		failure(m, F_SETUP, "port query: %s", strerror(errno));
 		exit(1);
 	}
+	int xfd = open(m->ctl->xrcd_path, O_RDONLY);
+	struct ibv_xrcd_init_attr xa = { .comp_mask = IBV_XRCD_INIT_ATTR_FD |
+					 IBV_XRCD_INIT_ATTR_OFLAGS, .fd = xfd, .oflags = O_CREAT };
+	struct ibv_qp_init_attr_ex ra = { .qp_type = IBV_QPT_XRC_RECV,
+					  .comp_mask = IBV_QP_INIT_ATTR_XRCD };
+	struct ibv_qp_attr ia = { .qp_state = IBV_QPS_INIT, .port_num = 1 };
+	if (xfd < 0 || !(m->xrcd = ra.xrcd = ibv_open_xrcd(m->ctx, &xa)) ||
+	    !(m->xrc_recv = ibv_create_qp_ex(m->ctx, &ra)) ||
+	    ibv_modify_qp(m->xrc_recv, &ia, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+			  IBV_QP_ACCESS_FLAGS)) {
+		failure(m, F_SETUP, "XRC domain or XRC_RECV QP: %s", strerror(errno));
+		exit(1);
+	}
+	close(xfd);
+	m->p->xrc_qpn = m->xrc_recv->qp_num;
 	m->p->lid = port.lid;
 	m->p->mem = (uintptr_t)m->mem;
 	m->p->rkey = m->mr->rkey;
@@ -554,10 +605,12 @@ static int child(struct ctl *ctl, unsigned i, enum mem_kind kind, bool nocma)
 			write_read(&m, j, false);
 		else if (r < 45)
 			write_read(&m, j, true);
-		else if (r < 80)
+		else if (r < 78)
 			do_send(&m, j);
+		else if (r < 98)
+			do_atomic(&m, j, r >= 88);
 		else
-			do_atomic(&m, j, r >= 90);
+			owner_ops(&m, j);
 		drain_recv(&m);
 	}
 	atomic_store(&m.p->step, 3);		/* sending no more */
@@ -599,6 +652,8 @@ static int child(struct ctl *ctl, unsigned i, enum mem_kind kind, bool nocma)
 	for (unsigned j = 0; j < m.n; j++)
 		if (m.qp[j])
 			ibv_destroy_qp(m.qp[j]);
+	ibv_destroy_qp(m.xrc_recv);
+	ibv_close_xrcd(m.xrcd);
 	ibv_dereg_mr(m.dm_mr);
 	ibv_free_dm(m.dm);
 	ibv_dereg_mr(m.mr);
@@ -624,6 +679,11 @@ static void run(const struct path *pa, unsigned n, unsigned seconds)
 	memset(ctl, 0, sizeof(*ctl));
 	ctl->nprocs = n;
 	ctl->seconds = seconds;
+	snprintf(ctl->xrcd_path, sizeof(ctl->xrcd_path), "/tmp/svtest-traffic-%d.xrcd",
+		 (int)getpid());
+	int xfd = open(ctl->xrcd_path, O_CREAT | O_RDWR | O_TRUNC, 0600);
+	assert_true(xfd >= 0);
+	close(xfd);
 
 	char fdarg[16], *env[256];
 	int ne = 0;
@@ -656,6 +716,7 @@ static void run(const struct path *pa, unsigned n, unsigned seconds)
 		shm_unlink(name);
 	}
 	close(fd);
+	unlink(ctl->xrcd_path);
 
 	uint64_t ops[OP_KINDS] = { 0 }, fails[F_KINDS] = { 0 }, paths_b[SV_COPY_PATHS] = { 0 };
 	uint64_t total = 0, bytes = 0, nfail = 0;

@@ -96,7 +96,7 @@ static bool plain_memcpy(int32_t pid)
 
 /* ---- the bounce path ---- */
 
-static void serve(struct shm_hdr *own, struct shm_bounce *b)
+static void serve(struct shm_hdr *own, struct shm_bounce *b, uint32_t req)
 {
 	struct iovec d[SHM_BOUNCE_IOV], c;
 	size_t len = 0;
@@ -113,19 +113,29 @@ static void serve(struct shm_hdr *own, struct shm_bounce *b)
 	int st = b->write ? sv_copy_to(own, NULL, &c, 1, d, (int)b->niov)
 			  : sv_copy_from(own, NULL, &c, 1, d, (int)b->niov);
 	b->status = st;
-	/* Pairs with the initiator's acquire load of done. */
-	atomic_store_explicit(&b->done, atomic_load_explicit(&b->req, memory_order_relaxed),
-			      memory_order_release);
+	/* The request this thread claimed, not `req` read again: the
+	 * initiator may have staged the next one already if this is late.
+	 * Pairs with the initiator's acquire load of done. */
+	atomic_store_explicit(&b->done, req, memory_order_release);
 	syscall(SYS_futex, &b->done, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
 void sv_bounce_serve(struct shm_hdr *own)
 {
 	struct shm_bounce *b = shm_at(own, own->bounce_off);
+	/* Pairs with the initiator's release store of req: the staged chunk
+	 * and destination list are visible. */
+	uint32_t req = atomic_load_explicit(&b->req, memory_order_acquire);
+	uint32_t taken = atomic_load_explicit(&b->taken, memory_order_relaxed);
 
-	if (atomic_load_explicit(&b->req, memory_order_acquire) !=
-	    atomic_load_explicit(&b->done, memory_order_relaxed))
-		serve(own, b);
+	/* Two threads of this process may both see the request pending; the
+	 * one whose compare-and-swap moves `taken` to it serves it.  Without
+	 * the claim both copied, and the late one copied the initiator's next
+	 * chunk over or out of a half-staged mailbox and completed it. */
+	if (req != taken && atomic_compare_exchange_strong_explicit(&b->taken, &taken, req,
+								     memory_order_relaxed,
+								     memory_order_relaxed))
+		serve(own, b, req);
 }
 
 /* One chunk through the target's mailbox; the caller holds its lock. */

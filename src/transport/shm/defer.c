@@ -67,25 +67,43 @@ static bool claim(struct shm_defer_slot *s)
 {
 	uint32_t expect = SHM_DEFER_PENDING;
 
-	return atomic_compare_exchange_strong(&s->state, &expect, SHM_DEFER_PLACING);
+	if (!atomic_compare_exchange_strong(&s->state, &expect, SHM_DEFER_PLACING))
+		return false;
+	atomic_store_explicit(&s->placer, sv_pid(), memory_order_relaxed);
+	return true;
 }
 
 /*
- * Waits while another process places slot s.  One killed mid-copy never
- * finishes: after a second the waiter copies the slot again itself (the
- * same bytes to the same place; nothing newer can have landed there, since
- * the access that was placing it never went on) and marks it placed.
+ * Waits while another thread or process places slot s.  Its copy may go
+ * through the bounce mailbox of this process (or of the caller's), so the
+ * waiter serves those meanwhile.  A placer killed mid-copy never finishes:
+ * once it is dead the waiter copies the slot again itself (the same bytes
+ * to the same place; nothing newer can have landed there, since the access
+ * that was placing it never went on) and marks it placed.  A placer that is
+ * merely slow is never overtaken: the slot, freed and refilled, would then
+ * be marked placed by it with the new message unplaced, and its late copy
+ * would land in memory the application got back.
  */
 static void await_placed(struct shm_hdr *h, struct shm_hdr *own, struct shm_defer_slot *s)
 {
 	uint64_t start = sv_now_ns();
 
 	while (atomic_load_explicit(&s->state, memory_order_acquire) == SHM_DEFER_PLACING) {
+		if (h->pid == sv_pid())
+			sv_bounce_serve(h);
+		if (own && own != h)
+			sv_bounce_serve(own);
 		if (sv_now_ns() - start > 1000000000ull) {
-			sv_warn("a deferred SEND's placer stopped mid-copy; placing it again");
-			place(h, own, s);
-			atomic_store_explicit(&s->state, SHM_DEFER_PLACED, memory_order_release);
-			return;
+			int32_t pid = atomic_load_explicit(&s->placer, memory_order_relaxed);
+			if (pid && !sv_proc_alive(pid, 0)) {
+				sv_warn("a deferred SEND's placer (pid %d) died mid-copy; placing it "
+					"again", (int)pid);
+				place(h, own, s);
+				atomic_store_explicit(&s->state, SHM_DEFER_PLACED,
+						      memory_order_release);
+				return;
+			}
+			start = sv_now_ns();
 		}
 		sched_yield();
 	}

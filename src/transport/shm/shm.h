@@ -38,7 +38,7 @@
 #include <stdint.h>
 
 #define SHM_MAGIC	0x4d485653u	/* "SVHM" */
-#define SHM_VERSION	8u
+#define SHM_VERSION	9u
 #define SHM_SEG_SIZE	(256ull << 20)	/* sparse: only touched pages cost memory */
 #define SHM_ALIGN	64u
 
@@ -284,9 +284,13 @@ struct shm_qp {
 /*
  * The bounce mailbox: the copy path for when the kernel refuses CMA
  * (ptrace scope, seccomp).  One initiator at a time (lock) stages a chunk
- * and its destination list, bumps `req` (release) and rings the doorbell;
- * the owner's progress thread copies between the chunk and its own memory,
- * stores `status` and then `done = req` (release) and wakes `done`.
+ * and its destination list, bumps `req` (release) and rings the doorbell.
+ * Every thread of the owner may serve it -- the progress thread, and any
+ * thread waiting for a mailbox of another process (sv_seg_await) -- so a
+ * server first claims the request by a compare-and-swap of `taken` from
+ * the last one claimed to `req`: exactly one thread copies each request.
+ * It copies between the chunk and its own memory, stores `status` and then
+ * `done` = the request it claimed (release), and wakes `done`.
  */
 #define SHM_BOUNCE_CHUNK	(1u << 20)
 #define SHM_BOUNCE_IOV		(32 + 2)
@@ -294,10 +298,10 @@ struct shm_qp {
 struct shm_bounce {
 	pthread_mutex_t lock;		/* robust, process-shared */
 	_Atomic uint32_t req, done;	/* futex word: done */
+	_Atomic uint32_t taken;		/* the last request a server claimed */
 	uint32_t write;			/* 1: chunk -> owner memory; 0: owner memory -> chunk */
 	uint32_t niov;
 	int32_t status;			/* 0 or an errno */
-	uint32_t pad;
 	struct { uint64_t addr, len; } iov[SHM_BOUNCE_IOV];
 	uint64_t data_off;		/* segment offset of the chunk */
 };
@@ -356,7 +360,9 @@ struct shm_owner {
  * publishes it (PENDING, release; then `published`, seq_cst).  Whoever
  * places it -- the poller of the completion that names it, or a flusher
  * before an RDMA access to this memory -- claims it (PENDING -> PLACING),
- * copies, counts `placed` and marks it PLACED; only the poller frees it
+ * records its pid in `placer`, copies, counts `placed` and marks it
+ * PLACED; one who finds it PLACING waits, and copies it again itself only
+ * once the placer's process is dead; only the poller frees it
  * (FREE, then seq = p + SHM_DEFER_SLOTS, release), after clearing the
  * completion's reference.  A slot not yet freed a lap later stops
  * deferral (its position waits for it) until its completion is polled.
@@ -375,7 +381,7 @@ struct shm_defer_slot {
 	_Atomic uint32_t state;
 	_Atomic uint32_t seq;		/* the position that may fill it; + 1 once filled */
 	uint16_t niov, len;
-	uint32_t pad;
+	_Atomic int32_t placer;		/* pid of the claimer (relaxed: a hint for takeover) */
 	struct { uint64_t addr, len; } iov0;
 	uint8_t data[SHM_DEFER_MAX];
 	struct { uint64_t addr, len; } iov[SHM_DEFER_IOV - 1];	/* the rest */

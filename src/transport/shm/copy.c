@@ -132,10 +132,16 @@ void sv_bounce_serve(struct shm_hdr *own)
 	 * one whose compare-and-swap moves `taken` to it serves it.  Without
 	 * the claim both copied, and the late one copied the initiator's next
 	 * chunk over or out of a half-staged mailbox and completed it. */
-	if (req != taken && atomic_compare_exchange_strong_explicit(&b->taken, &taken, req,
-								     memory_order_relaxed,
-								     memory_order_relaxed))
-		serve(own, b, req);
+	if (req == taken || !atomic_compare_exchange_strong_explicit(&b->taken, &taken, req,
+								      memory_order_relaxed,
+								      memory_order_relaxed))
+		return;
+	/* The initiator staged this request only after `done` reached the
+	 * previous one: this acquire pairs with the release store of the
+	 * thread that served that one, whose writes to the mailbox (status)
+	 * are then ordered before this thread's. */
+	(void)atomic_load_explicit(&b->done, memory_order_acquire);
+	serve(own, b, req);
 }
 
 /* One chunk through the target's mailbox; the caller holds its lock. */

@@ -10,6 +10,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <signal.h>
 #include <stdio.h>
@@ -845,10 +846,70 @@ static void test_cma_is_refused(void **state)
 	assert_int_equal(errno, EPERM);
 }
 
+/*
+ * --fresh-ipc: a new IPC namespace, as on a fresh machine or in a
+ * container, where the first SysV segment gets id 0 -- and its inode
+ * number in /proc/PID/maps is its id.  Unprivileged, a user namespace
+ * mapping only this user comes with it.
+ */
+static void enter_fresh_ipc_namespace(void)
+{
+	char map[64];
+	uid_t uid = geteuid();
+	gid_t gid = getegid();
+
+	if (uid == 0 ? unshare(CLONE_NEWIPC) : unshare(CLONE_NEWUSER | CLONE_NEWIPC)) {
+		perror("unshare");
+		exit(1);
+	}
+	if (uid != 0) {
+		int fd = open("/proc/self/setgroups", O_WRONLY);
+		if (fd < 0 || write(fd, "deny", 4) != 4)
+			exit(1);
+		close(fd);
+		snprintf(map, sizeof(map), "%u %u 1", (unsigned)uid, (unsigned)uid);
+		fd = open("/proc/self/uid_map", O_WRONLY);
+		if (fd < 0 || write(fd, map, strlen(map)) != (ssize_t)strlen(map))
+			exit(1);
+		close(fd);
+		snprintf(map, sizeof(map), "%u %u 1", (unsigned)gid, (unsigned)gid);
+		fd = open("/proc/self/gid_map", O_WRONLY);
+		if (fd < 0 || write(fd, map, strlen(map)) != (ssize_t)strlen(map))
+			exit(1);
+		close(fd);
+	}
+}
+
+/* The premise of --fresh-ipc: no segment exists, so the target's is id 0. */
+static void test_ipc_namespace_is_fresh(void **state)
+{
+	char line[256];
+	int lines = 0;
+	FILE *f = fopen("/proc/sysvipc/shm", "r");
+
+	(void)state;
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f))
+		lines++;
+	fclose(f);
+	assert_int_equal(lines, 1);	/* the header only */
+}
+
 int main(int argc, char **argv)
 {
 	int n;
 
+	if (argc > 1 && !strcmp(argv[1], "--fresh-ipc")) {
+		enter_fresh_ipc_namespace();
+		devs = ibv_get_device_list(&n);
+		const struct CMUnitTest fresh[] = {
+			cmocka_unit_test(test_ipc_namespace_is_fresh),
+			cmocka_unit_test(test_64mib_into_sleeping_sysv_shm),
+		};
+		int rc = cmocka_run_group_tests_name("fresh IPC namespace", fresh, NULL, NULL);
+		ibv_free_device_list(devs);
+		return rc;
+	}
 	devs = ibv_get_device_list(&n);
 	if (argc > 1 && !strcmp(argv[1], "--without-cma")) {
 		forbid_cma();

@@ -74,7 +74,11 @@ static bool describe_vma(const struct sv_vma *v, void *arg)
 	struct describe *d = arg;
 	int64_t delta = (int64_t)v->offset - (int64_t)v->start;
 
-	if (v->perms[3] != 's' || !v->ino)
+	/* A SysV segment's inode number is its id, and 0 is a valid id: the
+	 * first segment an IPC namespace creates (a fresh machine or
+	 * container) has it.  A file needs a real inode. */
+	bool sysv = !strncmp(v->path, "/SYSV", 5);
+	if (v->perms[3] != 's' || (!v->ino && !sysv))
 		return false;
 	if (!d->first)
 		return delta == d->delta && makedev(v->maj, v->min) == d->sh.dev &&
@@ -83,7 +87,7 @@ static bool describe_vma(const struct sv_vma *v, void *arg)
 	d->delta = delta;
 	d->sh.dev = makedev(v->maj, v->min);
 	d->sh.ino = v->ino;
-	if (!strncmp(v->path, "/SYSV", 5)) {
+	if (sysv) {
 		d->sh.kind = SHM_SHARE_SYSV;
 		d->sh.shmid = (int32_t)v->ino;	/* a SysV segment's inode is its id */
 		return true;

@@ -5,6 +5,8 @@
  */
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include "helpers.h"
@@ -126,12 +128,83 @@ static void test_comp_channel(void **state)
 	assert_int_equal(ibv_destroy_comp_channel(ch), 0);
 }
 
+static void on_signal(int sig)
+{
+	(void)sig;
+}
+
+struct blocked {
+	struct ibv_comp_channel *ch;
+	struct ibv_context *ctx;
+	int ret, err;
+};
+
+static void *wait_cq_event(void *arg)
+{
+	struct blocked *b = arg;
+	struct ibv_cq *cq;
+	void *cq_ctx;
+
+	b->ret = ibv_get_cq_event(b->ch, &cq, &cq_ctx);
+	b->err = errno;
+	return NULL;
+}
+
+static void *wait_async_event(void *arg)
+{
+	struct blocked *b = arg;
+	struct ibv_async_event ev;
+
+	b->ret = ibv_get_async_event(b->ctx, &ev);
+	b->err = errno;
+	return NULL;
+}
+
+/* A signal without SA_RESTART ends a blocked wait with -1/EINTR, as the
+ * kernel's read() of the uverbs fd does in rdma-core. */
+static void interrupt(void *(*fn)(void *), struct blocked *b)
+{
+	struct sigaction sa = { .sa_handler = on_signal }, old;
+	pthread_t t;
+
+	assert_int_equal(sigaction(SIGUSR2, &sa, &old), 0);
+	b->ret = 1;
+	assert_int_equal(pthread_create(&t, NULL, fn, b), 0);
+	usleep(100000);		/* blocked in the wait by now */
+	assert_int_equal(b->ret, 1);
+	assert_int_equal(pthread_kill(t, SIGUSR2), 0);
+	assert_int_equal(pthread_join(t, NULL), 0);
+	assert_int_equal(b->ret, -1);
+	assert_int_equal(b->err, EINTR);
+	assert_int_equal(sigaction(SIGUSR2, &old, NULL), 0);
+}
+
+static void test_waits_return_eintr(void **state)
+{
+	struct fix *f = *state;
+	struct blocked b = { .ctx = f->ctx };
+	struct ibv_async_event ev;
+
+	b.ch = ibv_create_comp_channel(f->ctx);
+	assert_non_null(b.ch);
+	interrupt(wait_cq_event, &b);
+	assert_int_equal(ibv_destroy_comp_channel(b.ch), 0);
+	/* Drain what open queued, so the async wait blocks too. */
+	set_nonblock(f->ctx->async_fd);
+	while (ibv_get_async_event(f->ctx, &ev) == 0)
+		ibv_ack_async_event(&ev);
+	assert_int_equal(fcntl(f->ctx->async_fd, F_SETFL,
+			       fcntl(f->ctx->async_fd, F_GETFL) & ~O_NONBLOCK), 0);
+	interrupt(wait_async_event, &b);
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fix_setup, fix_teardown)
 	const struct CMUnitTest tests[] = {
 		T(test_port_active_after_open), T(test_sq_drained),
 		T(test_last_wqe_reached_and_destroy_waits), T(test_comp_channel),
+		T(test_waits_return_eintr),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

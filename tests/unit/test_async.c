@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <unistd.h>
 
 #include "helpers.h"
@@ -136,7 +137,8 @@ static void on_signal(int sig)
 struct blocked {
 	struct ibv_comp_channel *ch;
 	struct ibv_context *ctx;
-	int ret, err;
+	_Atomic int ret;	/* 1 while the thread has not returned */
+	int err;
 };
 
 static void *wait_cq_event(void *arg)
@@ -145,8 +147,9 @@ static void *wait_cq_event(void *arg)
 	struct ibv_cq *cq;
 	void *cq_ctx;
 
-	b->ret = ibv_get_cq_event(b->ch, &cq, &cq_ctx);
+	int r = ibv_get_cq_event(b->ch, &cq, &cq_ctx);
 	b->err = errno;
+	b->ret = r;
 	return NULL;
 }
 
@@ -155,8 +158,9 @@ static void *wait_async_event(void *arg)
 	struct blocked *b = arg;
 	struct ibv_async_event ev;
 
-	b->ret = ibv_get_async_event(b->ctx, &ev);
+	int r = ibv_get_async_event(b->ctx, &ev);
 	b->err = errno;
+	b->ret = r;
 	return NULL;
 }
 
@@ -168,10 +172,10 @@ static void interrupt(void *(*fn)(void *), struct blocked *b)
 	pthread_t t;
 
 	assert_int_equal(sigaction(SIGUSR2, &sa, &old), 0);
-	b->ret = 1;
+	atomic_store(&b->ret, 1);
 	assert_int_equal(pthread_create(&t, NULL, fn, b), 0);
 	usleep(100000);		/* blocked in the wait by now */
-	assert_int_equal(b->ret, 1);
+	assert_int_equal(atomic_load(&b->ret), 1);
 	assert_int_equal(pthread_kill(t, SIGUSR2), 0);
 	assert_int_equal(pthread_join(t, NULL), 0);
 	assert_int_equal(b->ret, -1);

@@ -9,6 +9,7 @@
  * and more messages than there are slots.
  */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <stdio.h>
 #include <sys/socket.h>
 
@@ -333,6 +334,98 @@ static void test_second_context_places(void **state)
 	assert_string_equal(ask(POLL, 4096, 0, 0).data, "alone again");
 }
 
+/* ---- a placer that stops: overtaken only once its process is dead ---- */
+
+struct fake_seg {
+	struct shm_hdr *h;
+	struct shm_defer_slot *s;
+	char dst[8];
+	bool overtaken;		/* the placer found the bytes copied by another */
+};
+
+/* A segment of this process with only a deferred ring and an idle bounce
+ * mailbox, and slot 0 claimed (PLACING) by `placer`, holding 8 bytes for
+ * dst. */
+static void fake_seg(struct fake_seg *f, int32_t placer)
+{
+	size_t hl = (sizeof(struct shm_hdr) + 63) & ~(size_t)63;
+	size_t dl = (sizeof(struct shm_defer) + 63) & ~(size_t)63;
+
+	size_t len = (hl + dl + sizeof(struct shm_bounce) + 63) & ~(size_t)63;
+
+	f->h = aligned_alloc(64, len);
+	memset(f->h, 0, len);
+	f->h->pid = getpid();
+	f->h->defer_off = hl;
+	f->h->bounce_off = hl + dl;
+	sv_defer_init(f->h);
+	memset(f->dst, 0, sizeof(f->dst));
+	f->overtaken = false;
+	f->s = &((struct shm_defer *)shm_at(f->h, hl))->slot[0];
+	f->s->niov = 1;
+	f->s->len = 8;
+	f->s->iov0.addr = (uintptr_t)f->dst;
+	f->s->iov0.len = 8;
+	memcpy(f->s->data, "deferred", 8);
+	atomic_store(&f->s->placer, placer);
+	atomic_store(&f->s->state, SHM_DEFER_PLACING);
+}
+
+static double seconds_since(const struct timespec *t0)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) * 1e-9;
+}
+
+static void test_dead_placer_overtaken(void **state)
+{
+	struct fake_seg f;
+	struct timespec t0;
+	pid_t pid = fork();
+
+	(void)state;
+	if (!pid)
+		_exit(0);
+	assert_int_equal(waitpid(pid, NULL, 0), pid);	/* dead, reaped */
+	fake_seg(&f, pid);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	sv_defer_place(f.h, NULL, 1);
+	assert_memory_equal(f.dst, "deferred", 8);
+	assert_true(seconds_since(&t0) >= 1.0);
+	assert_int_equal(atomic_load(&f.s->state), SHM_DEFER_FREE);
+	free(f.h);
+}
+
+static void *slow_placer(void *arg)
+{
+	struct fake_seg *f = arg;
+
+	usleep(1500000);	/* past the waiter's first look at the placer */
+	f->overtaken = memcmp(f->dst, "\0\0\0\0\0\0\0\0", 8) != 0;
+	memcpy(f->dst, "placer!!", 8);
+	atomic_store_explicit(&f->s->state, SHM_DEFER_PLACED, memory_order_release);
+	return NULL;
+}
+
+static void test_live_placer_waited_for(void **state)
+{
+	struct fake_seg f;
+	pthread_t t;
+
+	(void)state;
+	fake_seg(&f, getpid());
+	assert_int_equal(pthread_create(&t, NULL, slow_placer, &f), 0);
+	sv_defer_place(f.h, NULL, 1);
+	/* Only the placer's copy: the waiter did not copy again. */
+	assert_memory_equal(f.dst, "placer!!", 8);
+	assert_int_equal(pthread_join(t, NULL), 0);
+	assert_false(f.overtaken);
+	assert_int_equal(atomic_load(&f.s->state), SHM_DEFER_FREE);
+	free(f.h);
+}
+
 int main(void)
 {
 	devs = ibv_get_device_list(NULL);
@@ -344,6 +437,8 @@ int main(void)
 		cmocka_unit_test(test_destroy_places),
 		cmocka_unit_test(test_more_than_slots),
 		cmocka_unit_test(test_second_context_places),
+		cmocka_unit_test(test_dead_placer_overtaken),
+		cmocka_unit_test(test_live_placer_waited_for),
 	};
 	int r = cmocka_run_group_tests(tests, setup, teardown);
 	ibv_free_device_list(devs);

@@ -194,6 +194,12 @@ struct sv_reg_qp_info {
 int sv_reg_open(void);
 const char *sv_reg_path(void);
 uint16_t sv_reg_lid(unsigned dev_index);
+/* A device's port state, host-wide: a word whose low bit is 1 while the
+ * port is down and whose upper bits count changes.  Setting it returns
+ * 0, or EALREADY when the port already is in that state. */
+#define SV_PORT_DOWN(w)		((w) & 1u)
+uint32_t sv_reg_port(unsigned dev_index);
+int sv_reg_port_set(unsigned dev_index, bool up);
 int sv_reg_ep_attach(unsigned dev_index, uint32_t *ep);
 void sv_reg_ep_detach(uint32_t ep);
 int sv_reg_qpn_alloc(uint32_t ep, enum ibv_qp_type type, uint32_t *qpn);
@@ -337,6 +343,7 @@ struct sv_context {
 	pthread_t progress;
 	bool progress_started;
 	atomic_bool stopping;
+	uint32_t port_seen;		/* sv_reg_port() as last delivered (progress thread) */
 	struct sv_evq async;		/* behind context.async_fd */
 	uint32_t ep;			/* host registry endpoint */
 	struct sv_keytab mrs;		/* lkey/rkey -> MR */
@@ -772,6 +779,7 @@ struct sv_device *sv_device_get(struct ibv_device *d);
 int sv_device_count(void);
 struct sv_device *sv_device_at(int i);
 void sv_port_attr(const struct sv_device *dev, struct ibv_port_attr *pa);
+int sv_port_set_state(unsigned dev, bool up);
 void sv_device_attr(const struct sv_device *dev, struct ibv_device_attr *a);
 /* GID table: returns false for an empty or out-of-range entry. */
 bool sv_gid_entry(const struct sv_device *dev, unsigned index,

@@ -6,6 +6,7 @@
  *   softverbs run [--explain] [--roce] [--log LEVEL] -- CMD [ARGS...]
  *   softverbs devices [-v]
  *   softverbs status
+ *   softverbs port DEVICE[/1] up|down
  *   softverbs version
  */
 #define _GNU_SOURCE
@@ -31,6 +32,9 @@ static int usage(FILE *f, int rc)
 		"      run CMD with softverbs as its libibverbs.so.1 (no install, no root)\n"
 		"  devices [-v]      list softverbs devices (-v: ports and GIDs)\n"
 		"  status            live endpoints and QPs in this host's registry\n"
+		"  port DEV[/1] up|down\n"
+		"                    plug or pull the port's cable, for every process of the\n"
+		"                    host: contexts get PORT_ACTIVE or PORT_ERR\n"
 		"  version           print the version\n"
 		"\n"
 		"Settings are SOFTVERBS_* variables or a config file; see README.md.\n");
@@ -194,6 +198,43 @@ static int cmd_status(void)
 	return 0;
 }
 
+static int cmd_port(int argc, char **argv)
+{
+	if (argc != 3 || (strcmp(argv[2], "up") && strcmp(argv[2], "down"))) {
+		fprintf(stderr, "usage: softverbs port DEVICE[/1] up|down\n");
+		return 2;
+	}
+	char name[IBV_SYSFS_NAME_MAX];
+	snprintf(name, sizeof(name), "%s", argv[1]);
+	char *slash = strchr(name, '/');
+	if (slash) {
+		*slash = 0;
+		if (strcmp(slash + 1, "1")) {
+			fprintf(stderr, "softverbs port: %s has one port, port 1\n", name);
+			return 2;
+		}
+	}
+	struct sv_device *d = NULL;
+	for (int i = 0; (d = sv_device_at(i)) && strcmp(d->ibdev.name, name); i++)
+		;
+	if (!d) {
+		fprintf(stderr, "softverbs port: no device %s (softverbs devices lists them)\n", name);
+		return 1;
+	}
+	bool up = !strcmp(argv[2], "up");
+	int ret = sv_port_set_state(d->index, up);
+	if (ret == EALREADY) {
+		printf("%s/1 is already %s\n", name, up ? "up" : "down");
+		return 0;
+	}
+	if (ret) {
+		fprintf(stderr, "softverbs port: %s\n", strerror(ret));
+		return 1;
+	}
+	printf("%s/1 %s\n", name, up ? "up: PORT_ACTIVE delivered" : "down: PORT_ERR delivered");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2)
@@ -205,6 +246,8 @@ int main(int argc, char **argv)
 		return cmd_devices(argc - 1, argv + 1);
 	if (!strcmp(cmd, "status"))
 		return cmd_status();
+	if (!strcmp(cmd, "port"))
+		return cmd_port(argc - 1, argv + 1);
 	if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
 		printf("softverbs %s (rdma-core 44 ABI)\n", SV_VERSION_STRING);
 		return 0;

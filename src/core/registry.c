@@ -91,6 +91,10 @@ struct reg_hdr {
 	uint32_t qpn_cursor;		/* next QPN index to try */
 	uint16_t lid[SV_MAX_DEVICES];
 	_Atomic uint32_t ready;		/* stored last (release) */
+	/* Each device's port: changes << 1 | down (sv_reg_port_set).  Read on
+	 * every operation, written only when someone toggles a port: a line
+	 * of its own. */
+	_Alignas(64) _Atomic uint32_t port[SV_MAX_DEVICES];
 };
 
 static struct reg_hdr *reg;
@@ -362,6 +366,33 @@ out:
 const char *sv_reg_path(void)
 {
 	return reg_path;
+}
+
+uint32_t sv_reg_port(unsigned dev)
+{
+	struct reg_hdr *r = atomic_load_explicit(&reg_pub, memory_order_acquire);
+
+	if (!r && (sv_reg_open() || !(r = reg)))
+		return 0;
+	/* Pairs with the release in sv_reg_port_set(): nothing else is
+	 * published with it, relaxed would do; acquire keeps it simple. */
+	return dev < SV_MAX_DEVICES ? atomic_load_explicit(&r->port[dev], memory_order_acquire) : 0;
+}
+
+int sv_reg_port_set(unsigned dev, bool up)
+{
+	if (dev >= SV_MAX_DEVICES)
+		return EINVAL;
+	int ret = sv_reg_open();
+	if (ret)
+		return ret;
+	reg_lock();
+	uint32_t w = atomic_load_explicit(&reg->port[dev], memory_order_relaxed);
+	ret = !(w & 1) == up ? EALREADY : 0;
+	if (!ret)
+		atomic_store_explicit(&reg->port[dev], ((w >> 1) + 1) << 1 | !up, memory_order_release);
+	reg_unlock();
+	return ret;
 }
 
 uint16_t sv_reg_lid(unsigned dev)

@@ -8,8 +8,8 @@
  * On each wake it first serves peers waiting on it: its part of a large
  * copy, an atomic (assist.c, which may keep it polling a while) and the
  * bounce mailbox; then it delivers what peers left in the segment:
- * completion events for armed CQs, CQ overruns, SRQ limit events, and QPs
- * a peer's request moved to ERR; then it retries send queues whose timers
+ * port changes, completion events for armed CQs, CQ overruns, SRQ limit
+ * events, and QPs a peer's request moved to ERR; then it retries send queues whose timers
  * expired.
  */
 #define _GNU_SOURCE
@@ -21,6 +21,28 @@
 #include <unistd.h>
 
 #include "engine.h"
+
+/*
+ * The port's changes since the last look (`softverbs port`), as events: a
+ * change counted but not yet seen is a cable pulled or plugged.  Changes
+ * that came faster than this thread woke are shown as their net effect
+ * with the state they passed through: down and up again is PORT_ERR then
+ * PORT_ACTIVE, never nothing.
+ */
+static void port_events(struct sv_context *c)
+{
+	uint32_t w = sv_reg_port(c->dev->index), seen = c->port_seen;
+
+	if (w == seen)
+		return;
+	uint32_t changes = (w >> 1) - (seen >> 1);
+	unsigned n = changes & 1 ? (changes > 1 ? 3 : 1) : 2;
+	bool down = !SV_PORT_DOWN(seen);	/* the first change's direction */
+	for (unsigned k = 0; k < n; k++, down = !down)
+		sv_async_event(&c->vctx.context, NULL, down ? IBV_EVENT_PORT_ERR :
+				IBV_EVENT_PORT_ACTIVE);
+	c->port_seen = w;
+}
 
 static void deliver(struct sv_context *c, uint64_t *next)
 {
@@ -67,6 +89,7 @@ static void *progress_main(void *arg)
 		bool polling = sv_assist_serve(h);
 		sv_bounce_serve(h);
 		sv_owner_serve(c);
+		port_events(c);
 		deliver(c, &next);
 		if (polling)
 			continue;

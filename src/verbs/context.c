@@ -126,15 +126,15 @@ static struct ibv_context *context_open(struct sv_device *dev, struct shm_hdr *h
 	/* The context's "command fd" names its segment, as the uverbs fd
 	 * names a kernel context (and is what ibv_import_device() takes). */
 	c->vctx.context.cmd_fd = c->seg.fd;
+	/* The port's events are its changes from now on: as with rxe's user
+	 * contexts, opening delivers none. */
+	c->port_seen = sv_reg_port(dev->index);
 	ret = sv_progress_start(c);
 	if (ret)
 		goto out_seg;
 	ret = sv_obj_add(&c->vctx.context, SV_OBJ_CONTEXT, &c->vctx.context);
 	if (ret)
 		goto out_progress;
-	/* The port is up from the start; hardware reports that as an event
-	 * too, and ibv_asyncwatch shows it. */
-	sv_async_event(&c->vctx.context, NULL, IBV_EVENT_PORT_ACTIVE);
 	sv_dbg("%s: context %p open, registry endpoint %u", dev->ibdev.name, (void *)c, c->ep);
 	return &c->vctx.context;
 

@@ -192,8 +192,12 @@ void sv_port_attr(const struct sv_device *dev, struct ibv_port_attr *pa)
 {
 	bool ib = sv_config()->link == SV_LINK_IB;
 
+	bool down = SV_PORT_DOWN(sv_reg_port(dev->index));
+
 	memset(pa, 0, sizeof(*pa));
-	pa->state = IBV_PORT_ACTIVE;
+	/* `softverbs port DEV/1 down` is a cable pulled: DOWN and, like a
+	 * link taken down administratively, physically Disabled. */
+	pa->state = down ? IBV_PORT_DOWN : IBV_PORT_ACTIVE;
 	pa->max_mtu = SV_MAX_MTU;
 	pa->active_mtu = sv_config()->active_mtu;
 	pa->gid_tbl_len = SV_GID_TBL_LEN;
@@ -206,7 +210,7 @@ void sv_port_attr(const struct sv_device *dev, struct ibv_port_attr *pa)
 	pa->max_vl_num = 1;
 	pa->active_width = 2;	/* 4x */
 	pa->active_speed = 32;	/* EDR, 25 Gb/s per lane */
-	pa->phys_state = 5;	/* LinkUp */
+	pa->phys_state = down ? 3 : 5;	/* Disabled, LinkUp */
 	pa->link_layer = ib ? IBV_LINK_LAYER_INFINIBAND : IBV_LINK_LAYER_ETHERNET;
 	pa->flags = ib ? 0 : IBV_QPF_GRH_REQUIRED;
 }
@@ -562,3 +566,28 @@ SV_EXPORT int ibv_read_ibdev_sysfs_file(char *buf, size_t size, void *sysfs_dev,
 	errno = EOPNOTSUPP;
 	return -1;
 }
+
+/*
+ * `softverbs port DEV/1 up|down`: the port changes state for every
+ * process of the host, as a cable plugged or pulled would; each context's
+ * progress thread, woken here, delivers PORT_ACTIVE or PORT_ERR.
+ * Returns 0, EALREADY, or an errno.
+ */
+int sv_port_set_state(unsigned dev, bool up)
+{
+	static struct sv_reg_ep_info eps[SV_HOST_MAX_ENDPOINTS];
+	int ret = sv_reg_port_set(dev, up);
+
+	if (ret)
+		return ret;
+	int n = sv_reg_list_eps(eps, (int)SV_ARRAY_SIZE(eps));
+	for (int i = 0; i < n; i++) {
+		if (eps[i].dev_index != dev)
+			continue;
+		struct shm_hdr *h = sv_seg_peer(eps[i].index, eps[i].pid, eps[i].start_time);
+		if (h)
+			sv_seg_ring(h);
+	}
+	return 0;
+}
+

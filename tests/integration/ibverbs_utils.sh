@@ -26,8 +26,21 @@ expect "devinfo -l" "$TMP/list" '1 HCAs? found'
 ibv_devinfo -i 2 >"$TMP/badport" 2>&1; rc=$?
 [ $rc -ne 0 ] && ok "devinfo -i 2 fails (rc $rc)" || bad "devinfo -i 2 succeeded"
 
-# ibv_asyncwatch blocks for events; PORT_ACTIVE is delivered after open.
-timeout 2 ibv_asyncwatch >"$TMP/async" 2>&1
+# ibv_asyncwatch shows real port changes only: none at open, then the
+# cable pulled and plugged with `softverbs port`.
+timeout 3 ibv_asyncwatch >"$TMP/async" 2>&1 &
+watch=$!
+sleep 0.5
+"$SV_BUILD/bin/softverbs" port softverbs0/1 down >"$TMP/down" 2>&1
+ibv_devinfo >"$TMP/downinfo" 2>&1
+"$SV_BUILD/bin/softverbs" port softverbs0/1 up >"$TMP/up" 2>&1
+wait $watch
 expect "asyncwatch: async fd" "$TMP/async" 'softverbs0: async event FD [0-9]+'
+expect "port down" "$TMP/down" 'softverbs0/1 down'
+expect "devinfo: port down" "$TMP/downinfo" 'state:\s+PORT_DOWN \(1\)'
+expect "asyncwatch: PORT_ERR then PORT_ACTIVE" "$TMP/async" \
+	'event_type IBV_EVENT_PORT_ERR \(10\), port 1'
 expect "asyncwatch: PORT_ACTIVE" "$TMP/async" 'event_type IBV_EVENT_PORT_ACTIVE \(9\), port 1'
+if [ "$(grep -c event_type "$TMP/async")" -eq 2 ]; then ok "asyncwatch: two events, none at open"
+else bad "asyncwatch: $(grep -c event_type "$TMP/async") events"; fi
 finish

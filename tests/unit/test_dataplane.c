@@ -38,14 +38,11 @@ static enum ibv_event_type next_event(struct ibv_context *ctx, int ms)
 	struct pollfd p = { .fd = ctx->async_fd, .events = POLLIN };
 	struct ibv_async_event ev;
 
-	for (;;) {
-		if (poll(&p, 1, ms) != 1)
-			return (enum ibv_event_type)-1;
-		assert_int_equal(ibv_get_async_event(ctx, &ev), 0);
-		ibv_ack_async_event(&ev);
-		if (ev.event_type != IBV_EVENT_PORT_ACTIVE)
-			return ev.event_type;
-	}
+	if (poll(&p, 1, ms) != 1)
+		return (enum ibv_event_type)-1;
+	assert_int_equal(ibv_get_async_event(ctx, &ev), 0);
+	ibv_ack_async_event(&ev);
+	return ev.event_type;
 }
 
 /* ---- remote access: every way an rkey can be wrong ---- */
@@ -847,6 +844,62 @@ static void test_cma_is_refused(void **state)
 }
 
 /*
+ * A port taken down (softverbs port DEV/1 down) is a cable pulled for the
+ * whole host: every context gets PORT_ERR, the port reports DOWN, and a
+ * request gets no answer, so it ends in IBV_WC_RETRY_EXC_ERR once its
+ * retries are spent (C9-140).  Up again: PORT_ACTIVE everywhere, and a new
+ * connection works.
+ */
+static void test_port_down_and_up(void **state)
+{
+	struct qp_opts o = rc_default;
+	struct end a, b;
+	struct ibv_port_attr pa;
+
+	(void)state;
+	o.timeout = 1;		/* 8 us per try */
+	o.retry_cnt = 2;
+	/* The registry outlives processes, as a switch would: a run that
+	 * failed midway may have left the port down. */
+	sv_port_set_state(0, true);
+	pair_up(&a, &b, &o);
+	assert_int_equal((int)next_event(a.ctx, 0), -1);	/* nothing at open */
+	assert_int_equal(sv_port_set_state(0, false), 0);
+	assert_int_equal(sv_port_set_state(0, false), EALREADY);
+	assert_int_equal(next_event(a.ctx, 2000), IBV_EVENT_PORT_ERR);
+	assert_int_equal(next_event(b.ctx, 2000), IBV_EVENT_PORT_ERR);
+	assert_int_equal(ibv_query_port(a.ctx, 1, &pa), 0);
+	assert_int_equal(pa.state, IBV_PORT_DOWN);
+	assert_int_equal(pa.phys_state, 3);	/* Disabled */
+	assert_int_equal(post(&a, IBV_WR_RDMA_WRITE, a.buf, 8, a.mr->lkey, (uintptr_t)b.buf,
+			      b.mr->rkey, 1, IBV_SEND_SIGNALED), 0);
+	struct ibv_wc wc = poll_one(a.cq);
+	assert_int_equal(wc.status, IBV_WC_RETRY_EXC_ERR);
+	/* Up: both contexts hear it, and a fresh connection carries data. */
+	assert_int_equal(sv_port_set_state(0, true), 0);
+	assert_int_equal(next_event(a.ctx, 2000), IBV_EVENT_PORT_ACTIVE);
+	assert_int_equal(next_event(b.ctx, 2000), IBV_EVENT_PORT_ACTIVE);
+	assert_int_equal(ibv_query_port(b.ctx, 1, &pa), 0);
+	assert_int_equal(pa.state, IBV_PORT_ACTIVE);
+	end_close(&a);
+	end_close(&b);
+	pair_up(&a, &b, &rc_default);
+	memcpy(a.buf, "port up", 8);
+	assert_int_equal(post(&a, IBV_WR_RDMA_WRITE, a.buf, 8, a.mr->lkey, (uintptr_t)b.buf,
+			      b.mr->rkey, 2, IBV_SEND_SIGNALED), 0);
+	assert_int_equal(poll_one(a.cq).status, IBV_WC_SUCCESS);
+	assert_memory_equal(b.buf, "port up", 8);
+	/* Down and up faster than anyone looks is still both events. */
+	assert_int_equal(sv_port_set_state(0, false), 0);
+	assert_int_equal(sv_port_set_state(0, true), 0);
+	assert_int_equal(next_event(a.ctx, 2000), IBV_EVENT_PORT_ERR);
+	assert_int_equal(next_event(a.ctx, 2000), IBV_EVENT_PORT_ACTIVE);
+	assert_int_equal((int)next_event(a.ctx, 100), -1);
+	end_close(&a);
+	end_close(&b);
+}
+
+/*
  * --fresh-ipc: a new IPC namespace, as on a fresh machine or in a
  * container, where the first SysV segment gets id 0 -- and its inode
  * number in /proc/PID/maps is its id.  Unprivileged, a user namespace
@@ -948,6 +1001,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_64mib_into_sleeping_sysv_shm),
 		cmocka_unit_test(test_64mib_into_sleeping_posix_shm),
 		cmocka_unit_test(test_into_sleeping_device_memory),
+		cmocka_unit_test(test_port_down_and_up),
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
 	ibv_free_device_list(devs);

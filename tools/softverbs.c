@@ -3,7 +3,8 @@
  * softverbs: run programs on softverbs, list its devices, show the live
  * endpoints of this host.
  *
- *   softverbs run [--explain] [--roce] [--log LEVEL] -- CMD [ARGS...]
+ *   softverbs run [--explain] [--roce] [--log LEVEL] [--no-view] -- CMD [ARGS...]
+ *   softverbs setup [--remove]
  *   softverbs devices [-v]
  *   softverbs status
  *   softverbs port DEVICE[/1] up|down
@@ -22,14 +23,17 @@
 #include <unistd.h>
 
 #include "sv.h"
+#include "view.h"
 
 static int usage(FILE *f, int rc)
 {
 	fprintf(f,
 		"usage: softverbs COMMAND\n"
 		"\n"
-		"  run [--explain] [--roce] [--log LEVEL] -- CMD [ARGS...]\n"
-		"      run CMD with softverbs as its libibverbs.so.1 (no install, no root)\n"
+		"  run [--explain] [--roce] [--log LEVEL] [--no-view] -- CMD [ARGS...]\n"
+		"      run CMD with softverbs as its libibverbs.so.1 (no install, no root),\n"
+		"      in a view with /dev/infiniband and /sys/class/infiniband (--no-view: not)\n"
+		"  setup [--remove]  root: those entries for every process of the host\n"
 		"  devices [-v]      list softverbs devices (-v: ports and GIDs)\n"
 		"  status            live endpoints and QPs in this host's registry\n"
 		"  port DEV[/1] up|down\n"
@@ -69,8 +73,9 @@ static int cmd_run(int argc, char **argv)
 	static const struct option opts[] = {
 		{ "explain", no_argument, NULL, 'e' }, { "roce", no_argument, NULL, 'r' },
 		{ "log", required_argument, NULL, 'l' }, { "help", no_argument, NULL, 'h' },
-		{ 0 },
+		{ "no-view", no_argument, NULL, 'n' }, { 0 },
 	};
+	bool view = true;
 	char libdir[PATH_MAX], path[2 * PATH_MAX];
 	int c;
 
@@ -80,6 +85,7 @@ static int cmd_run(int argc, char **argv)
 		case 'e': setenv("SOFTVERBS_EXPLAIN", "1", 1); break;
 		case 'r': setenv("SOFTVERBS_LINK_LAYER", "roce", 1); break;
 		case 'l': setenv("SOFTVERBS_LOG", optarg, 1); break;
+		case 'n': view = false; break;
 		case 'h': return usage(stdout, 0);
 		default: return usage(stderr, 2);
 		}
@@ -93,6 +99,12 @@ static int cmd_run(int argc, char **argv)
 			"this program\n");
 		return 1;
 	}
+	/* Programs that look for /dev/infiniband (UCX) run without it, so a
+	 * refusal is said once and the command still runs. */
+	if (view && sv_view_enter())
+		fprintf(stderr, "softverbs run: no /dev/infiniband or /sys/class/infiniband for this "
+			"command (%s); verbs work, but UCX and others that look for them will not "
+			"see softverbs (see README, \"Device nodes and sysfs\")\n", sv_view_why());
 	const char *old = getenv("LD_LIBRARY_PATH");
 	snprintf(path, sizeof(path), "%s%s%s", libdir, old && *old ? ":" : "", old ? old : "");
 	setenv("LD_LIBRARY_PATH", path, 1);
@@ -198,6 +210,23 @@ static int cmd_status(void)
 	return 0;
 }
 
+static int cmd_setup(int argc, char **argv)
+{
+	bool remove = argc > 1 && !strcmp(argv[1], "--remove");
+
+	if (argc > 2 || (argc == 2 && !remove)) {
+		fprintf(stderr, "usage: softverbs setup [--remove]\n");
+		return 2;
+	}
+	if (sv_view_setup_host(remove)) {
+		fprintf(stderr, "softverbs setup: %s\n", sv_view_why());
+		return 1;
+	}
+	printf(remove ? "softverbs: /dev/infiniband and /sys/class/infiniband removed\n" :
+	       "softverbs: /dev/infiniband and /sys/class/infiniband are there for every process\n");
+	return 0;
+}
+
 static int cmd_port(int argc, char **argv)
 {
 	if (argc != 3 || (strcmp(argv[2], "up") && strcmp(argv[2], "down"))) {
@@ -248,6 +277,8 @@ int main(int argc, char **argv)
 		return cmd_status();
 	if (!strcmp(cmd, "port"))
 		return cmd_port(argc - 1, argv + 1);
+	if (!strcmp(cmd, "setup"))
+		return cmd_setup(argc - 1, argv + 1);
 	if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
 		printf("softverbs %s (rdma-core 44 ABI)\n", SV_VERSION_STRING);
 		return 0;

@@ -8,7 +8,8 @@ pkgs=(
 	libcmocka-dev    # unit tests
 	ibverbs-utils perftest qperf rdmacm-utils  # real clients for the integration tests
 	rdma-core python3-pyverbs                  # rdma-core's own conformance suite
-	ucx-utils gnuplot-nox                      # bench/: the UCX peer, and the plots
+	ucx-utils gnuplot-nox                      # bench/ and tests: the UCX peer, and the plots
+	man-db bsdextrautils                       # tests: the man page renders (man, col)
 )
 missing=()
 for p in "${pkgs[@]}"; do

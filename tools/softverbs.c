@@ -45,27 +45,31 @@ static int usage(FILE *f, int rc)
 	return rc;
 }
 
-/* The library sits in ../lib beside bin/softverbs, in the build tree and
- * in an install alike. */
+/* The library sits in ../lib beside bin/softverbs in the build tree, and
+ * in its private directory (SV_LIBDIR_FROM_BIN, relative to bin/) once
+ * installed. */
 static int find_libdir(char *out, size_t len)
 {
+	static const char *const rel[] = { "../lib", SV_LIBDIR_FROM_BIN };
 	char exe[PATH_MAX];
 	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
 
 	if (n < 0)
 		return -1;
 	exe[n] = 0;
-	snprintf(out, len, "%s/../lib", dirname(exe));
-	char probe[PATH_MAX + 32];
-	snprintf(probe, sizeof(probe), "%s/libibverbs.so.1", out);
-	if (access(probe, R_OK))
-		return -1;
-	char *real = realpath(out, NULL);
-	if (real) {
-		snprintf(out, len, "%s", real);
+	const char *bin = dirname(exe);
+	for (size_t i = 0; i < SV_ARRAY_SIZE(rel); i++) {
+		char dir[PATH_MAX + 64], probe[PATH_MAX + 96];
+		snprintf(dir, sizeof(dir), "%s/%s", bin, rel[i]);
+		snprintf(probe, sizeof(probe), "%s/libibverbs.so.1", dir);
+		if (access(probe, R_OK))
+			continue;
+		char *real = realpath(dir, NULL);
+		snprintf(out, len, "%.*s", (int)len - 1, real ? real : dir);
 		free(real);
+		return 0;
 	}
-	return 0;
+	return -1;
 }
 
 static int cmd_run(int argc, char **argv)
@@ -95,8 +99,8 @@ static int cmd_run(int argc, char **argv)
 		return 2;
 	}
 	if (find_libdir(libdir, sizeof(libdir))) {
-		fprintf(stderr, "softverbs run: cannot find libibverbs.so.1 in ../lib next to "
-			"this program\n");
+		fprintf(stderr, "softverbs run: cannot find libibverbs.so.1 in ../lib or %s next "
+			"to this program\n", SV_LIBDIR_FROM_BIN);
 		return 1;
 	}
 	/* Programs that look for /dev/infiniband (UCX) run without it, so a

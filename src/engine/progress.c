@@ -7,10 +7,10 @@
  *
  * On each wake it first serves peers waiting on it: its part of a large
  * copy, an atomic (assist.c, which may keep it polling a while) and the
- * bounce mailbox; then it delivers what peers left in the segment:
- * port changes, completion events for armed CQs, CQ overruns, SRQ limit
- * events, and QPs a peer's request moved to ERR; then it retries send queues whose timers
- * expired.
+ * bounce mailbox; then it delivers port changes and what peers left in
+ * the segment: completion events for armed CQs, CQ overruns, SRQ limit
+ * events, and QPs a peer's request moved to ERR; then it retries send
+ * queues whose timers expired.
  */
 #define _GNU_SOURCE
 #include <errno.h>

@@ -688,8 +688,11 @@ static enum sv_result execute_remote(struct sv_qp *qp, struct sv_swqe *w, struct
 	t.why[0] = 0;
 	r = sv_resp_find(qp, qpn, &t);
 	if (r != SV_R_OK) {
-		snprintf(sv_last_why, sizeof(sv_last_why), "no QP 0x%x is receiving (destroyed, not in "
-			 "RTR/RTS, or its process is gone)", qpn);
+		if (t.why[0])
+			memcpy(sv_last_why, t.why, sizeof(sv_last_why));
+		else
+			snprintf(sv_last_why, sizeof(sv_last_why), "no QP 0x%x is receiving (destroyed, "
+				 "not in RTR/RTS, or its process is gone)", qpn);
 		return r;
 	}
 	if (type == IBV_QPT_XRC_SEND && (r = sv_resp_xrc(&t, w->srqn)) != SV_R_OK) {

@@ -47,10 +47,11 @@ enum sv_result sv_resp_locate(struct sv_qp *qp, uint32_t qpn, struct sv_target *
 		return SV_R_NO_RESPONSE;
 	/* Nor does anything behind a port that is down, ours or the
 	 * target's: the requester times out and retries (C9-140). */
-	if (SV_PORT_DOWN(sv_reg_port(qp->ctx->dev->index)) || SV_PORT_DOWN(sv_reg_port(ep.dev_index))) {
-		snprintf(t->why, sizeof(t->why), "port 1 of %s is down (softverbs port ... up)",
-			 SV_PORT_DOWN(sv_reg_port(qp->ctx->dev->index)) ? qp->ctx->dev->ibdev.name :
-			 "the target's device");
+	bool ours = SV_PORT_DOWN(sv_reg_port(qp->ctx->dev->index));
+	if (ours || SV_PORT_DOWN(sv_reg_port(ep.dev_index))) {
+		snprintf(t->why, sizeof(t->why), "port 1 of %s is down (softverbs port %s/1 up)",
+			 ours ? qp->ctx->dev->ibdev.name : "the target's device",
+			 ours ? qp->ctx->dev->ibdev.name : "DEV");
 		return SV_R_NO_RESPONSE;
 	}
 	struct sv_peer_cache *pc = &qp->peer;

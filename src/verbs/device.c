@@ -191,7 +191,6 @@ void sv_device_attr(const struct sv_device *dev, struct ibv_device_attr *a)
 void sv_port_attr(const struct sv_device *dev, struct ibv_port_attr *pa)
 {
 	bool ib = sv_config()->link == SV_LINK_IB;
-
 	bool down = SV_PORT_DOWN(sv_reg_port(dev->index));
 
 	memset(pa, 0, sizeof(*pa));
@@ -575,6 +574,7 @@ SV_EXPORT int ibv_read_ibdev_sysfs_file(char *buf, size_t size, void *sysfs_dev,
  */
 int sv_port_set_state(unsigned dev, bool up)
 {
+	/* Static: too large for a stack; only the command (and tests) call this. */
 	static struct sv_reg_ep_info eps[SV_HOST_MAX_ENDPOINTS];
 	int ret = sv_reg_port_set(dev, up);
 

@@ -37,12 +37,14 @@ cmake --install "$SV_BUILD" --prefix "$P" >"$TMP/install.log" 2>&1 &&
 [ -f "$P/lib/softverbs/libibverbs.so.1" ] && [ ! -e "$P/lib/libibverbs.so.1" ] &&
 	ok "prefix: lib/softverbs/libibverbs.so.1 only" || bad "prefix: library not in lib/softverbs"
 [ -f "$P/share/man/man1/softverbs.1" ] && ok "prefix: the man page" || bad "prefix: no man page"
-man -l "$P/share/man/man1/softverbs.1" 2>/dev/null | col -b >"$TMP/man"
+# man is Debian's: no sanitizer runtime for it.
+env -u LD_PRELOAD man -l "$P/share/man/man1/softverbs.1" 2>/dev/null | col -b >"$TMP/man"
 expect "man page renders" "$TMP/man" 'softverbs run'
+missing=""
 for v in CONFIG LINK_LAYER DEVICES DEVICE_NAME MTU LID VENDOR_PART_ID EXPLAIN LOG REGISTRY COPY ASSIST; do
-	grep -q "SOFTVERBS_$v" "$TMP/man" || bad "man page lacks SOFTVERBS_$v"
+	grep -q "SOFTVERBS_$v" "$TMP/man" || missing="$missing SOFTVERBS_$v"
 done
-ok "man page: every SOFTVERBS_* setting"
+[ -z "$missing" ] && ok "man page: every SOFTVERBS_* setting" || bad "man page lacks$missing"
 use "prefix" "$P/bin/softverbs"
 
 # The Debian package scripts/build.sh made with `cpack -G DEB` (made
@@ -57,7 +59,7 @@ if [ -n "$deb" ] && [ "$(id -u)" -eq 0 ]; then
 	[ -f /usr/lib/softverbs/libibverbs.so.1 ] && ok "package: /usr/lib/softverbs/libibverbs.so.1" ||
 		bad "package: library missing"
 	use "package" /usr/bin/softverbs
-	man -w softverbs >/dev/null 2>&1 && ok "package: man softverbs" || bad "package: no man page"
+	env -u LD_PRELOAD man -w softverbs >/dev/null 2>&1 && ok "package: man softverbs" || bad "package: no man page"
 	DEBIAN_FRONTEND=noninteractive apt-get remove -y -q softverbs >"$TMP/rm.log" 2>&1 &&
 		ok "apt remove softverbs" || bad "apt remove: $(tail -3 "$TMP/rm.log")"
 elif [ -n "$deb" ]; then

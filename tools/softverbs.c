@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * softverbs: run programs on softverbs, list its devices, show the live
- * endpoints of this host.
+ * softverbs: run programs on softverbs (in a view with its device nodes
+ * and sysfs entries), list its devices, show the live endpoints of this
+ * host, pull or plug a port's cable, and make the view host-wide.
  *
  *   softverbs run [--explain] [--roce] [--log LEVEL] [--no-view] -- CMD [ARGS...]
  *   softverbs setup [--remove]

@@ -780,6 +780,8 @@ int sv_device_count(void);
 struct sv_device *sv_device_at(int i);
 void sv_port_attr(const struct sv_device *dev, struct ibv_port_attr *pa);
 int sv_port_set_state(unsigned dev, bool up);
+extern const char *const sv_device_attr_files[];
+int sv_device_attr_file(const struct sv_device *d, const char *file, char *buf, size_t size);
 void sv_device_attr(const struct sv_device *dev, struct ibv_device_attr *a);
 /* GID table: returns false for an empty or out-of-range entry. */
 bool sv_gid_entry(const struct sv_device *dev, unsigned index,

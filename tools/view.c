@@ -28,7 +28,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <inttypes.h>
 #include <limits.h>
 #include <net/if.h>
 #include <sched.h>
@@ -105,13 +104,6 @@ static void gid_str(const union ibv_gid *g, char *out, size_t len)
 		 r[13], r[14], r[15]);
 }
 
-static const char *rate_str(const struct ibv_port_attr *pa)
-{
-	/* The port's 4X EDR, as ib_core words it. */
-	(void)pa;
-	return "100 Gb/sec (4X EDR)";
-}
-
 /* One port's directory: what ib_core's sysfs.c shows for it. */
 static int port_dir(struct ibv_context *ctx, const char *dev)
 {
@@ -133,7 +125,9 @@ static int port_dir(struct ibv_context *ctx, const char *dev)
 		  "Disabled") ||
 	      put(p, "lid", "0x%x", pa.lid) || put(p, "lid_mask_count", "%u", pa.lmc) ||
 	      put(p, "sm_lid", "0x%x", pa.sm_lid) || put(p, "sm_sl", "%u", pa.sm_sl) ||
-	      put(p, "cap_mask", "0x%08x", pa.port_cap_flags) || put(p, "rate", "%s", rate_str(&pa)) ||
+	      put(p, "cap_mask", "0x%08x", pa.port_cap_flags) ||
+	      /* sv_port_attr()'s 4x width at EDR speed, as ib_core words it. */
+	      put(p, "rate", "100 Gb/sec (4X EDR)") ||
 	      put(p, "link_layer", "%s", eth ? "Ethernet" : "InfiniBand");
 	if (err)
 		return EIO;
@@ -216,27 +210,21 @@ static int class_dirs(const char *root)
 	for (int i = 0; i < n && !err; i++) {
 		const char *name = ibv_get_device_name(list[i]);
 		struct ibv_context *ctx = ibv_open_device(list[i]);
-		struct ibv_device_attr a;
-		char dev[PATH_MAX], uv[PATH_MAX + 32], link[2 * PATH_MAX];
+		const struct sv_device *sd = sv_device_get(list[i]);
+		char dev[PATH_MAX], uv[PATH_MAX + 32], link[2 * PATH_MAX], val[128];
 
 		if (!ctx) {
 			err = fail(errno, "ibv_open_device %s", name);
 			break;
 		}
 		snprintf(dev, sizeof(dev), "%.1000s/infiniband/%s", root, name);
-		uint64_t guid = be64toh(ibv_get_device_guid(list[i]));
-		if (ibv_query_device(ctx, &a) || (err = mkdirf("%s", dev)) ||
-		    put(dev, "node_type", "1: CA") ||
-		    put(dev, "node_guid", "%04x:%04x:%04x:%04x", (unsigned)(guid >> 48),
-			(unsigned)(guid >> 32) & 0xffff, (unsigned)(guid >> 16) & 0xffff,
-			(unsigned)guid & 0xffff) ||
-		    put(dev, "sys_image_guid", "%04x:%04x:%04x:%04x", (unsigned)(guid >> 48),
-			(unsigned)(guid >> 32) & 0xffff, (unsigned)(guid >> 16) & 0xffff,
-			(unsigned)guid & 0xffff) ||
-		    put(dev, "fw_ver", "%s", a.fw_ver) || put(dev, "hca_type", "softverbs") ||
-		    put(dev, "hw_rev", "%u", a.hw_ver) || put(dev, "board_id", "SOFTVERBS_%d", i) ||
-		    put(dev, "node_desc", "softverbs %s", name) ||
-		    (err = port_dir(ctx, dev)) || (err = parent_dir(ctx, dev))) {
+		err = mkdirf("%s", dev);
+		/* The same answers ibv_read_sysfs_file() gives outside a view. */
+		for (int k = 0; !err && sv_device_attr_files[k]; k++)
+			if (sv_device_attr_file(sd, sv_device_attr_files[k], val, sizeof(val)) < 0 ||
+			    put(dev, sv_device_attr_files[k], "%s", val))
+				err = EIO;
+		if (err || (err = port_dir(ctx, dev)) || (err = parent_dir(ctx, dev))) {
 			err = err ? err : EIO;
 			ibv_close_device(ctx);
 			break;

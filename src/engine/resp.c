@@ -47,8 +47,9 @@ enum sv_result sv_resp_locate(struct sv_qp *qp, uint32_t qpn, struct sv_target *
 		return SV_R_NO_RESPONSE;
 	/* Nor does anything behind a port that is down, ours or the
 	 * target's: the requester times out and retries (C9-140). */
-	bool ours = SV_PORT_DOWN(sv_reg_port(qp->ctx->dev->index));
-	if (ours || SV_PORT_DOWN(sv_reg_port(ep.dev_index))) {
+	unsigned dev = qp->ctx->dev->index;
+	bool ours = SV_PORT_DOWN(sv_reg_port(dev));
+	if (ours || (ep.dev_index != dev && SV_PORT_DOWN(sv_reg_port(ep.dev_index)))) {
 		snprintf(t->why, sizeof(t->why), "port 1 of %.40s is down (softverbs port %.40s/1 up)",
 			 ours ? qp->ctx->dev->ibdev.name : "the target's device",
 			 ours ? qp->ctx->dev->ibdev.name : "DEV");

@@ -483,22 +483,20 @@ SV_EXPORT const char *ibv_get_sysfs_path(void)
 	return p && *p ? p : "/sys";
 }
 
+/* The device directory's attribute files, as ib_core names them. */
+const char *const sv_device_attr_files[] = { "node_type", "node_guid", "sys_image_guid",
+					     "fw_ver", "hca_type", "hw_rev", "board_id",
+					     "node_desc", NULL };
+
 /*
- * softverbs devices have no sysfs directory.  Reads of the attribute files
- * rdma-core consumers ask for (ibv_devinfo reads board_id) are answered
- * from the device model; anything else is read from the real file system.
+ * One of those files' contents, from the device model: what
+ * ibv_read_sysfs_file() answers (ibv_devinfo reads board_id) and what the
+ * device view writes (tools/view.c).  Its length, or -1 for another file.
  */
-static int synthetic_attr(const char *dir, const char *file, char *buf, size_t size)
+int sv_device_attr_file(const struct sv_device *d, const char *file, char *buf, size_t size)
 {
-	struct sv_device *d = NULL;
 	char val[128];
 
-	ensure_devices();
-	for (int i = 0; i < ndevices && !d; i++)
-		if (!strcmp(dir, devices[i].ibdev.ibdev_path))
-			d = &devices[i];
-	if (!d)
-		return -2;
 	if (!strcmp(file, "board_id"))
 		snprintf(val, sizeof(val), "SOFTVERBS_%u", d->index);
 	else if (!strcmp(file, "fw_ver"))
@@ -525,6 +523,20 @@ static int synthetic_attr(const char *dir, const char *file, char *buf, size_t s
 	memcpy(buf, val, n);
 	buf[n] = 0;
 	return (int)n;
+}
+
+/*
+ * softverbs devices have no sysfs directory of their own (outside a
+ * device view): reads of their attribute files are answered from the
+ * device model; anything else is read from the real file system.
+ */
+static int synthetic_attr(const char *dir, const char *file, char *buf, size_t size)
+{
+	ensure_devices();
+	for (int i = 0; i < ndevices; i++)
+		if (!strcmp(dir, devices[i].ibdev.ibdev_path))
+			return sv_device_attr_file(&devices[i], file, buf, size);
+	return -2;
 }
 
 SV_EXPORT int ibv_read_sysfs_file(const char *dir, const char *file, char *buf, size_t size)

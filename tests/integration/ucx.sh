@@ -20,13 +20,15 @@ expect "ucx_info: device softverbs0:1" "$TMP/info" 'Device: softverbs0:1'
 upair() {
 	local what=$1 tls=$2 p=$((port++))
 	shift 2
-	UCX_TLS=$tls timeout 120 "$SV" run -- ucx_perftest -p $p >"$TMP/usrv.log" 2>&1 &
+	# No UCX_TLS at all for uct tests, which name their transport.
+	env ${tls:+UCX_TLS=$tls} timeout 120 "$SV" run -- ucx_perftest -p $p >"$TMP/usrv.log" 2>&1 &
 	local srv=$!
 	if ! wait_listen $p; then
 		bad "$what: the server never listened"; kill $srv 2>/dev/null; wait $srv 2>/dev/null
 		return 1
 	fi
-	UCX_TLS=$tls timeout 120 "$SV" run -- ucx_perftest localhost -p $p "$@" >"$TMP/ucli.log" 2>&1
+	env ${tls:+UCX_TLS=$tls} timeout 120 "$SV" run -- ucx_perftest localhost -p $p "$@" \
+		>"$TMP/ucli.log" 2>&1
 	local crc=$?
 	wait $srv
 	local src=$?

@@ -70,6 +70,8 @@ struct sv_config {
 	 * in large CMA copies and answers atomics; `force` makes it take part
 	 * in every one (tests). */
 	enum sv_assist_mode { SV_ASSIST_AUTO, SV_ASSIST_OFF, SV_ASSIST_FORCE } assist;
+	uint8_t cm_timeout;		/* SOFTVERBS_CM_TIMEOUT: 4.096 us * 2^n */
+	uint8_t cm_retries;		/* SOFTVERBS_CM_RETRIES */
 	char source[256];		/* config file that was read, or "" */
 };
 
@@ -93,6 +95,9 @@ const char *sv_last_failure(void);	/* the text of this thread's last sv_fail */
  * completion, say); errno is left alone. */
 void sv_explain(const char *what, const char *fmt, ...) SV_PRINTF(2, 3);
 int sv_parse_log_level(const char *s);
+/* librdmacm's access to the settings and explain lines (SOFTVERBS_PRIVATE_1) */
+SV_EXPORT int softverbs_cm_setting(const char *key);
+SV_EXPORT void softverbs_cm_explain(const char *what, const char *fmt, ...) SV_PRINTF(2, 3);
 
 #define sv_dbg(...)  sv_log(SV_LOG_DEBUG, __VA_ARGS__)
 #define sv_warn(...) sv_log(SV_LOG_WARN, __VA_ARGS__)

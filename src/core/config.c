@@ -135,6 +135,26 @@ static bool set_lid(const char *v)
 	return true;
 }
 
+static bool set_cm_timeout(const char *v)
+{
+	unsigned long n;
+
+	if (!parse_uint(v, 31, &n) || n == 0)
+		return false;
+	cfg.cm_timeout = (uint8_t)n;
+	return true;
+}
+
+static bool set_cm_retries(const char *v)
+{
+	unsigned long n;
+
+	if (!parse_uint(v, 15, &n))
+		return false;
+	cfg.cm_retries = (uint8_t)n;
+	return true;
+}
+
 static bool set_explain(const char *v)
 {
 	return parse_bool(v, &cfg.explain);
@@ -207,6 +227,8 @@ static const struct setting settings[] = {
 	{ "registry", set_registry, "a /dev/shm file name without '/'" },
 	{ "copy", set_copy, "auto, cma or bounce" },
 	{ "assist", set_assist, "auto, off or force" },
+	{ "cm_timeout", set_cm_timeout, "1..31, the CM response timeout's exponent" },
+	{ "cm_retries", set_cm_retries, "0..15" },
 };
 
 /* `where` names the source for messages: a variable, or "file:line key". */
@@ -274,6 +296,9 @@ static void load(void)
 		.active_mtu = IBV_MTU_4096,
 		.vendor_part_id = SV_VENDOR_PART_ID,
 		.log_level = SV_LOG_WARN,
+		/* rdma_cm's CMA_CM_RESPONSE_TIMEOUT and CMA_MAX_CM_RETRIES */
+		.cm_timeout = 20,
+		.cm_retries = 15,
 	};
 
 	p = getenv("SOFTVERBS_CONFIG");
@@ -363,4 +388,19 @@ const struct sv_config *sv_config(void)
 {
 	pthread_once(&cfg_once, load);
 	return &cfg;
+}
+
+/* For librdmacm.so.1, which is softverbs' too but links only the public
+ * verbs (SOFTVERBS_PRIVATE_1 in libibverbs.map). */
+SV_EXPORT int softverbs_cm_setting(const char *key)
+{
+	const struct sv_config *c = sv_config();
+
+	if (!strcmp(key, "cm_timeout"))
+		return c->cm_timeout;
+	if (!strcmp(key, "cm_retries"))
+		return c->cm_retries;
+	if (!strcmp(key, "explain"))
+		return c->explain || c->log_level >= SV_LOG_DEBUG;
+	return -1;
 }

@@ -86,6 +86,9 @@ void sv_explain(const char *what, const char *fmt, ...)
 	errno = saved;
 }
 
+/* librdmacm.so.1's explain lines are these (SOFTVERBS_PRIVATE_1). */
+void softverbs_cm_explain(const char *what, const char *fmt, ...) __attribute__((alias("sv_explain")));
+
 /* The calling thread's last failure, for a verb run on another process's
  * behalf (owner.c) to send its explanation back. */
 static __thread char last_failure[SV_FAILURE_LEN];

@@ -5,6 +5,7 @@ set -euo pipefail
 pkgs=(
 	build-essential cmake pkg-config python3
 	libibverbs-dev   # the ABI contract: <infiniband/verbs.h> of rdma-core 44
+	librdmacm-dev    # and <rdma/rdma_cma.h> for librdmacm.so.1
 	libcmocka-dev    # unit tests
 	ibverbs-utils perftest qperf rdmacm-utils  # real clients for the integration tests
 	rdma-core python3-pyverbs                  # rdma-core's own conformance suite

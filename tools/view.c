@@ -173,7 +173,7 @@ static int parent_dir(struct ibv_context *ctx, const char *dev)
 	int err;
 
 	snprintf(d, sizeof(d), "%s/device", dev);
-	if ((err = mkdirf("%s", d)) || (err = mkdirf("%s/net", d)))
+	if ((err = mkdirf("%s", d)))
 		return err;
 	if (put(d, "numa_node", "%d", -1) || put(d, "local_cpulist", "0-%ld", ncpu - 1))
 		return EIO;
@@ -183,6 +183,11 @@ static int parent_dir(struct ibv_context *ctx, const char *dev)
 		if (ibv_query_gid_ex(ctx, SV_PORT, (uint32_t)i, &e, 0) || !e.ndev_ifindex ||
 		    !if_indextoname(e.ndev_ifindex, ifname))
 			continue;
+		/* Only a device with interfaces has device/net, as an IB HCA
+		 * without IPoIB has none: consumers take an empty one for an
+		 * interface without a name. */
+		if ((err = mkdirf("%s/net", d)))
+			return err;
 		snprintf(link, sizeof(link), "%s/net/%s", d, ifname);
 		char target[PATH_MAX];
 		snprintf(target, sizeof(target), "/sys/class/net/%s", ifname);

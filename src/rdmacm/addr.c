@@ -258,8 +258,7 @@ int cm_bind_locked(struct cm_id *c, const struct sockaddr *addr)
 	memcpy(&c->id.route.addr.src_storage, addr, cm_addr_len(addr));
 	cm_addr_set_port(&c->id.route.addr.src_addr, port);
 	if (!addr_any(addr)) {
-		c->id.verbs = cm_device();
-		c->id.port_num = 1;
+		cm_use_device(c);
 		cm_addr_gid(c->id.verbs, addr, &c->id.route.addr.addr.ibaddr.sgid, &c->sgid_index);
 	}
 	c->id.route.addr.addr.ibaddr.pkey = htobe16(0xffff);
@@ -346,8 +345,7 @@ CM_EXPORT int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr
 			memcpy(&c->id.route.addr.src_storage, &dst, sizeof(dst));
 		cm_addr_set_port(&c->id.route.addr.src_addr, p);
 	}
-	c->id.verbs = cm_device();
-	c->id.port_num = 1;
+	cm_use_device(c);
 	cm_addr_gid(c->id.verbs, &c->id.route.addr.src_addr, &c->id.route.addr.addr.ibaddr.sgid,
 		    &c->sgid_index);
 	uint8_t di;

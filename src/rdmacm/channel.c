@@ -422,8 +422,11 @@ CM_EXPORT int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *
 	c->deadline_ns = deadline;
 	arm(to);
 	arm(from);
+	/* A private channel goes with its last id (a synchronous listener's
+	 * requests start on the listener's). */
+	bool orphan = from->sync && TAILQ_EMPTY(&from->ids);
 	pthread_mutex_unlock(&cm_mu);
-	if (from->sync)
+	if (orphan)
 		chan_free(from);
 	return 0;
 }
@@ -456,9 +459,7 @@ struct cm_chan *cm_leave_channel(struct cm_id *c)
 	wait_acks(c);
 	cm_chan_detach(c);
 	arm(ch);
-	if (!ch->sync)
-		return NULL;
-	return ch;
+	return ch->sync && TAILQ_EMPTY(&ch->ids) ? ch : NULL;
 }
 
 void cm_chan_release(struct cm_chan *ch)

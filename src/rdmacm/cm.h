@@ -191,6 +191,7 @@ extern pthread_cond_t cm_cv;
 /* id.c */
 struct ibv_context *cm_device(void);	/* softverbs0, opened once */
 struct ibv_pd *cm_default_pd(struct ibv_context *ctx);
+void cm_use_device(struct cm_id *c);
 struct cm_id *cm_id_new(struct cm_chan *ch, void *context, enum rdma_port_space ps,
 			enum ibv_qp_type qpt);
 void cm_id_free(struct cm_id *c);

@@ -213,9 +213,7 @@ static void on_req(struct cm_id *c, const struct cm_msg *m)
 	}
 	memcpy(&c->id.route.addr.src_storage, &m->dst, sizeof(m->dst));
 	memcpy(&c->id.route.addr.dst_storage, &m->src, sizeof(m->src));
-	c->id.verbs = cm_device();
-	c->id.port_num = 1;
-	c->id.qp_type = sidr ? IBV_QPT_UD : (enum ibv_qp_type)m->qp_type;
+	cm_use_device(c);
 	cm_addr_gid(c->id.verbs, &c->id.route.addr.src_addr, &c->id.route.addr.addr.ibaddr.sgid,
 		    &c->sgid_index);
 	c->id.route.addr.addr.ibaddr.dgid = m->gid;

@@ -26,6 +26,8 @@ const char *cm_state_name(enum cm_state s)
 static struct ibv_context **contexts;
 static struct ibv_pd **pds;
 static int ncontexts;
+/* cm_mu may be held or not by the callers of cm_default_pd. */
+static pthread_mutex_t pd_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t dev_once = PTHREAD_ONCE_INIT;
 
 static void open_devices(void)
@@ -51,12 +53,24 @@ struct ibv_context *cm_device(void)
 	return ncontexts ? contexts[0] : NULL;
 }
 
+/* An id that gets an address gets the device, port 1 and the device's
+ * PD, as librdmacm's ucma_get_device gives every id its device's PD. */
+void cm_use_device(struct cm_id *c)
+{
+	c->id.verbs = cm_device();
+	c->id.port_num = 1;
+	if (!c->id.pd)
+		c->id.pd = cm_default_pd(c->id.verbs);
+}
+
 struct ibv_pd *cm_default_pd(struct ibv_context *ctx)
 {
 	for (int i = 0; i < ncontexts; i++)
 		if (contexts[i] == ctx) {
+			pthread_mutex_lock(&pd_mu);
 			if (!pds[i])
 				pds[i] = ibv_alloc_pd(ctx);
+			pthread_mutex_unlock(&pd_mu);
 			return pds[i];
 		}
 	return NULL;

@@ -99,15 +99,18 @@ int cm_init_qp_attr(struct cm_id *c, struct ibv_qp_attr *a, int *mask)
 			return cm_fail(EINVAL, c, "rdma_init_qp_attr", "RTS needs a connection");
 		a->sq_psn = c->psn;
 		*mask |= IBV_QP_SQ_PSN;
-		if (rc || t == IBV_QPT_XRC_SEND) {
-			/* The path's lifetime (16) + 2, as ib_cm derives the
-			 * local ACK timeout, unless ACK_TIMEOUT was set. */
-			a->timeout = c->ack_timeout_set ? c->ack_timeout : 18;
+		if (t == IBV_QPT_UC)
+			return 0;
+		/* The path's lifetime (16) + 2, as ib_cm derives the local
+		 * ACK timeout, unless ACK_TIMEOUT was set; an XRC target
+		 * takes only that (cm_init_qp_rts_attr). */
+		a->timeout = c->ack_timeout_set ? c->ack_timeout : 18;
+		*mask |= IBV_QP_TIMEOUT;
+		if (t != IBV_QPT_XRC_RECV) {
 			a->retry_cnt = c->retry_count;
 			a->rnr_retry = c->rnr_retry_count;
 			a->max_rd_atomic = c->initiator_depth;
-			*mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-				 IBV_QP_MAX_QP_RD_ATOMIC;
+			*mask |= IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
 		}
 		return 0;
 	default:
@@ -208,8 +211,11 @@ static struct ibv_xrcd *xrcd_of(struct ibv_context *ctx)
 						     IBV_XRCD_INIT_ATTR_OFLAGS,
 					.fd = -1, .oflags = O_CREAT };
 
+	/* One per process, as librdmacm keeps one per device. */
+	pthread_mutex_lock(&cm_mu);
 	if (!x)
 		x = ibv_open_xrcd(ctx, &a);
+	pthread_mutex_unlock(&cm_mu);
 	return x;
 }
 
@@ -234,25 +240,22 @@ CM_EXPORT int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_e
 	if ((id->recv_cq && attr->recv_cq && id->recv_cq != attr->recv_cq) ||
 	    (id->send_cq && attr->send_cq && id->send_cq != attr->send_cq))
 		return cm_fail(EINVAL, c, "rdma_create_qp_ex", "the CQs differ from the id's");
-	if (attr->qp_type == IBV_QPT_XRC_RECV) {
-		if (!(attr->comp_mask & IBV_QP_INIT_ATTR_XRCD) || !attr->xrcd) {
-			attr->xrcd = xrcd_of(id->verbs);
-			attr->comp_mask |= IBV_QP_INIT_ATTR_XRCD;
-		}
-	} else {
-		if (!attr->recv_cq && !id->recv_cq && !attr->srq && !id->srq &&
-		    create_cqs(id, 0, attr->cap.max_recv_wr ? attr->cap.max_recv_wr : 1))
-			goto fail;
-		if (!attr->send_cq && !id->send_cq &&
-		    create_cqs(id, attr->cap.max_send_wr ? attr->cap.max_send_wr : 1, 0))
-			goto fail;
-		if (!attr->recv_cq)
-			attr->recv_cq = id->recv_cq ? id->recv_cq : id->send_cq;
-		if (!attr->send_cq)
-			attr->send_cq = id->send_cq;
-		if (id->srq && !attr->srq)
-			attr->srq = id->srq;
+	if (attr->qp_type == IBV_QPT_XRC_RECV &&
+	    (!(attr->comp_mask & IBV_QP_INIT_ATTR_XRCD) || !attr->xrcd)) {
+		attr->xrcd = xrcd_of(id->verbs);
+		attr->comp_mask |= IBV_QP_INIT_ATTR_XRCD;
 	}
+	/* rdma-core's rdma_create_qp_ex: a CQ of the queue's size, with a
+	 * channel, for each queue the caller gave none. */
+	if (create_cqs(id, attr->send_cq || id->send_cq ? 0 : attr->cap.max_send_wr,
+		       attr->recv_cq || id->recv_cq ? 0 : attr->cap.max_recv_wr))
+		goto fail;
+	if (!attr->send_cq)
+		attr->send_cq = id->send_cq;
+	if (!attr->recv_cq)
+		attr->recv_cq = id->recv_cq;
+	if (id->srq && !attr->srq)
+		attr->srq = id->srq;
 	qp = ibv_create_qp_ex(id->verbs, attr);
 	if (!qp)
 		goto fail;
@@ -293,12 +296,8 @@ CM_EXPORT int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd,
 	a.comp_mask = IBV_QP_INIT_ATTR_PD;
 	a.pd = pd ? pd : id->pd;
 	ret = rdma_create_qp_ex(id, &a);
-	if (!ret) {
-		qp_init_attr->send_cq = a.send_cq;
-		qp_init_attr->recv_cq = a.recv_cq;
-		qp_init_attr->srq = a.srq;
-		qp_init_attr->cap = a.cap;
-	}
+	/* rdma-core hands the attributes back whole, CQs included. */
+	memcpy(qp_init_attr, &a, sizeof(*qp_init_attr));
 	return ret;
 }
 

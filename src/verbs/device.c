@@ -183,6 +183,10 @@ void sv_device_attr(const struct sv_device *dev, struct ibv_device_attr *a)
 	a->max_srq = SV_MAX_SRQ;
 	a->max_srq_wr = SV_MAX_SRQ_WR;
 	a->max_srq_sge = SV_MAX_SRQ_SGE;
+	/* Groups live in the host registry's attachment table (verbs/mcast.c). */
+	a->max_mcast_grp = SV_HOST_MAX_MCAST_ATTACH;
+	a->max_mcast_qp_attach = SV_MAX_MCAST_QP_ATTACH;
+	a->max_total_mcast_qp_attach = SV_HOST_MAX_MCAST_ATTACH;
 	a->max_pkeys = SV_MAX_PKEYS;
 	a->local_ca_ack_delay = SV_LOCAL_CA_ACK_DELAY;
 	a->phys_port_cnt = SV_NUM_PORTS;

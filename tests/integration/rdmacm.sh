@@ -1,0 +1,129 @@
+#!/bin/bash
+# rdmacm-utils and perftest -R on softverbs' librdmacm.so.1, server and
+# client as two processes of one host.  The script runs in a network
+# namespace of its own (a host with only lo), so its rdma_cm ports cannot
+# meet those of any other test: the port space is the namespace's.
+. "$(dirname "$0")/lib.sh"
+if [ -z "${SV_RDMACM_NETNS:-}" ]; then
+	export SV_RDMACM_NETNS=1
+	if [ "$(id -u)" -eq 0 ]; then
+		exec unshare -n bash "$0" "$@"
+	fi
+	exec unshare -rn bash "$0" "$@"
+fi
+ip link set lo up || { echo "FAIL: lo does not come up in the test's network namespace"; exit 1; }
+lib=$(readlink -f "$SV_BUILD/lib/librdmacm.so.1")
+
+# Every Debian consumer of librdmacm binds ours.
+for f in /usr/bin/rping /usr/bin/ucmatose /usr/bin/udaddy /usr/bin/mckey /usr/bin/cmtime \
+	/usr/bin/rdma_server /usr/bin/rdma_client /usr/bin/rdma_xserver /usr/bin/rdma_xclient \
+	/usr/bin/ib_send_lat /usr/bin/ib_write_bw /usr/bin/qperf; do
+	out=$(ldd -r "$f" 2>&1)
+	bound=$(echo "$out" | awk '/librdmacm.so.1 =>/ {print $3}')
+	if [ "$(readlink -f "$bound")" != "$lib" ]; then
+		bad "$f binds ${bound:-no librdmacm}, not softverbs'"
+	elif echo "$out" | grep -qE "undefined symbol|no version information"; then
+		bad "$f: $(echo "$out" | grep -E 'undefined symbol|no version information' | head -2)"
+	else
+		ok "$f binds softverbs' librdmacm.so.1"
+	fi
+done
+
+# wait_cm PORT [PS]: until an rdma_cm id listens on PORT of the port
+# space (hex, TCP by default): its abstract socket, in state LISTEN.
+wait_cm() {
+	local name="@softverbs-rdmacm:${2:-0106}:$1"
+	for _ in $(seq 150); do
+		awk -v n="$name" '$8 == n && $6 == "01" {f=1} END {exit !f}' /proc/net/unix && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+# cm_pair WHAT PORT PS "SERVER CMD" "CLIENT CMD": both must exit 0.
+cm_pair() {
+	local what=$1 port=$2 ps=$3 srvcmd=$4 clicmd=$5
+	# shellcheck disable=SC2086
+	timeout 120 $srvcmd >"$TMP/srv.log" 2>&1 &
+	local srv=$!
+	if ! wait_cm "$port" "$ps"; then
+		bad "$what: the server never listened"; kill $srv 2>/dev/null; wait $srv 2>/dev/null
+		sed 's/^/    srv: /' "$TMP/srv.log" | tail -5
+		return 1
+	fi
+	# shellcheck disable=SC2086
+	timeout 120 $clicmd >"$TMP/cli.log" 2>&1
+	local crc=$?
+	wait $srv
+	local src=$?
+	if [ $crc -eq 0 ] && [ $src -eq 0 ]; then
+		ok "$what"
+		return 0
+	fi
+	bad "$what (client rc $crc, server rc $src)"
+	sed 's/^/    cli: /' "$TMP/cli.log" | tail -8
+	sed 's/^/    srv: /' "$TMP/srv.log" | tail -8
+	return 1
+}
+
+for ll in ib roce; do
+	export SOFTVERBS_LINK_LAYER=$ll
+	cm_pair "rping -V, 20 pings ($ll)" 7174 0106 "rping -s -a 127.0.0.1 -C 20 -V" \
+		"rping -c -a 127.0.0.1 -C 20 -V -v" &&
+		expect "rping: the 20th ping's data came back ($ll)" "$TMP/cli.log" "ping data: rdma-ping-19: "
+	cm_pair "ucmatose, 8 connections x 50 messages ($ll)" 7471 0106 "ucmatose -c 8 -C 50" \
+		"ucmatose -s 127.0.0.1 -c 8 -C 50" &&
+		expect "ucmatose: every transfer ($ll)" "$TMP/cli.log" "^return status 0"
+	cm_pair "udaddy, 4 UD endpoints ($ll)" 7174 0111 "udaddy -c 4 -C 20" \
+		"udaddy -s 127.0.0.1 -c 4 -C 20" &&
+		expect "udaddy: every transfer ($ll)" "$TMP/srv.log" "^return status 0"
+	# mckey: the receivers join first, then a sender sends to the group.
+	timeout 60 mckey -m 239.1.2.3 -C 20 >"$TMP/mc.log" 2>&1 &
+	mc=$!
+	for _ in $(seq 50); do grep -q "receiving data transfers" "$TMP/mc.log" && break; sleep 0.1; done
+	timeout 60 mckey -m 239.1.2.3 -s -C 20 >"$TMP/mcs.log" 2>&1
+	src=$?
+	wait $mc
+	mrc=$?
+	if [ $src -eq 0 ] && [ $mrc -eq 0 ] && grep -q "^test complete" "$TMP/mc.log"; then
+		ok "mckey: 20 messages to 239.1.2.3 received ($ll)"
+	else
+		bad "mckey ($ll): sender rc $src, receiver rc $mrc"
+		tail -5 "$TMP/mc.log" "$TMP/mcs.log"
+	fi
+	cm_pair "rdma_server/rdma_client ($ll)" 7471 0106 "rdma_server" "rdma_client -s 127.0.0.1"
+	cm_pair "rdma_xserver/rdma_xclient RC ($ll)" 7471 0106 "rdma_xserver -c r" \
+		"rdma_xclient -s 127.0.0.1 -c r"
+	cm_pair "rdma_xserver/rdma_xclient XRC ($ll)" 7471 013f "rdma_xserver -c x" \
+		"rdma_xclient -s 127.0.0.1 -c x"
+done
+export SOFTVERBS_LINK_LAYER=roce
+
+# cmtime's server serves until it is killed; the client times every step.
+timeout 120 cmtime -p 7500 >"$TMP/srv.log" 2>&1 &
+srv=$!
+if wait_cm 7500 && timeout 120 cmtime -s 127.0.0.1 -p 7500 -c 100 >"$TMP/cli.log" 2>&1; then
+	expect "cmtime: 100 connections set up and torn down" "$TMP/cli.log" "^disconnect +:"
+else
+	bad "cmtime -c 100"; tail -5 "$TMP/cli.log" "$TMP/srv.log"
+fi
+kill $srv 2>/dev/null
+wait $srv 2>/dev/null
+
+# perftest through rdma_cm (-R).
+for t in ib_send_lat ib_write_lat ib_read_lat; do
+	cm_pair "$t -R" 18515 0106 "$t -R -n 2000" "$t -R -n 2000 127.0.0.1" &&
+		expect "$t -R: a latency line" "$TMP/cli.log" "^ 2 +2000 "
+done
+cm_pair "ib_write_bw -R -a" 18515 0106 "ib_write_bw -R -a -n 200" \
+	"ib_write_bw -R -a -n 200 127.0.0.1" &&
+	expect "ib_write_bw -R -a: up to 8 MiB" "$TMP/cli.log" "^ 8388608 +200 "
+
+# Explain mode names what went wrong, in one line.
+SOFTVERBS_EXPLAIN=1 timeout 30 rping -c -a 127.0.0.1 -p 7999 -C 1 >"$TMP/cli.log" 2>&1
+expect "rping to a port nothing listens on: REJECTED, explained" "$TMP/cli.log" \
+	"RDMA_CM_EVENT_REJECTED: status 8: id .* 127\.0\.0\.1:[0-9]+ -> 127\.0\.0\.1:7999: nothing listens"
+SOFTVERBS_EXPLAIN=1 timeout 30 rping -c -a 198.18.0.9 -p 7999 -C 1 >"$TMP/cli.log" 2>&1
+expect "rping to an address on no host: ADDR_ERROR, explained" "$TMP/cli.log" \
+	"RDMA_CM_EVENT_ADDR_ERROR: status -113: .*no host answers"
+finish

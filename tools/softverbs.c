@@ -36,7 +36,8 @@ static int usage(FILE *f, int rc)
 		"      in a view with /dev/infiniband and /sys/class/infiniband (--no-view: not)\n"
 		"  setup [--remove]  root: those entries for every process of the host\n"
 		"  devices [-v]      list softverbs devices (-v: ports and GIDs)\n"
-		"  status            live endpoints and QPs in this host's registry\n"
+		"  status            live endpoints and QPs in this host's registry, and\n"
+		"                    the rdma_cm ports of this network namespace\n"
 		"  port DEV[/1] up|down\n"
 		"                    plug or pull the port's cable, for every process of the\n"
 		"                    host: contexts get PORT_ACTIVE or PORT_ERR\n"
@@ -173,6 +174,51 @@ static int cmd_devices(int argc, char **argv)
 	return 0;
 }
 
+/* rdma_cm's port space is the abstract sockets "@softverbs-rdmacm:PS:PORT"
+ * of this network namespace (src/rdmacm/cm.h): a listening one, an
+ * accepted one per connection the listener took, an active id's own. */
+static void rdmacm_ports(void)
+{
+	struct cm_port { unsigned ps, port, listening, connected, bound; } ports[512];
+	int n = 0;
+	char line[512];
+	FILE *f = fopen("/proc/net/unix", "r");
+
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned flags, st, ps, port;
+		char *name = strstr(line, "@softverbs-rdmacm:");
+
+		if (!name || sscanf(line, "%*s %*s %*s %x %*s %x", &flags, &st) != 2 ||
+		    sscanf(name, "@softverbs-rdmacm:%x:%u", &ps, &port) != 2)
+			continue;
+		int i;
+		for (i = 0; i < n && (ports[i].ps != ps || ports[i].port != port); i++)
+			;
+		if (i == n) {
+			if (n == (int)SV_ARRAY_SIZE(ports))
+				continue;
+			ports[n++] = (struct cm_port){ .ps = ps, .port = port };
+		}
+		if (flags & 0x10000)	/* __SO_ACCEPTCON: listening */
+			ports[i].listening = 1;
+		else if (st == 3)	/* SS_CONNECTED */
+			ports[i].connected++;
+		else
+			ports[i].bound++;
+	}
+	fclose(f);
+	printf("\nrdma_cm ports of this host (its network namespace): %d\n", n);
+	if (n)
+		printf("%-6s %-6s %-10s %s\n", "PS", "PORT", "STATE", "CONNECTED");
+	for (int i = 0; i < n; i++)
+		printf("%-6s %-6u %-10s %u\n", ports[i].ps == 0x106 ? "TCP" : ports[i].ps == 0x111 ?
+		       "UDP" : ports[i].ps == 0x13f ? "IB" : "IPOIB", ports[i].port,
+		       ports[i].listening ? "listening" : ports[i].connected ? "connected" : "bound",
+		       ports[i].connected);
+}
+
 static int cmd_status(void)
 {
 	static struct sv_reg_ep_info eps[SV_HOST_MAX_ENDPOINTS];
@@ -212,6 +258,7 @@ static int cmd_status(void)
 		printf("0x%06x %-6s %-6s %-8d %u\n", qps[i].qpn,
 		       sv_qp_type_name((enum ibv_qp_type)qps[i].qp_type),
 		       sv_qp_state_name((enum ibv_qp_state)qps[i].state), qps[i].pid, qps[i].ep);
+	rdmacm_ports();
 	return 0;
 }
 

@@ -102,7 +102,11 @@ export SOFTVERBS_LINK_LAYER=roce
 # cmtime's server serves until it is killed; the client times every step.
 timeout 120 cmtime -p 7500 >"$TMP/srv.log" 2>&1 &
 srv=$!
-if wait_cm 7500 && timeout 120 cmtime -s 127.0.0.1 -p 7500 -c 100 >"$TMP/cli.log" 2>&1; then
+if wait_cm 7500; then
+	"$SV_BUILD/bin/softverbs" status >"$TMP/status" 2>&1
+	expect "softverbs status lists the listening rdma_cm port" "$TMP/status" "^TCP +7500 +listening +0"
+fi
+if timeout 120 cmtime -s 127.0.0.1 -p 7500 -c 100 >"$TMP/cli.log" 2>&1; then
 	expect "cmtime: 100 connections set up and torn down" "$TMP/cli.log" "^disconnect +:"
 else
 	bad "cmtime -c 100"; tail -5 "$TMP/cli.log" "$TMP/srv.log"

@@ -1,6 +1,6 @@
 #!/bin/bash
-# rdmacm-utils and perftest -R on softverbs' librdmacm.so.1, server and
-# client as two processes of one host.  The script runs in a network
+# rdmacm-utils, perftest -R and librspreload on softverbs' librdmacm.so.1,
+# server and client as two processes of one host.  The script runs in a network
 # namespace of its own (a host with only lo), so its rdma_cm ports cannot
 # meet those of any other test: the port space is the namespace's.
 . "$(dirname "$0")/lib.sh"
@@ -122,6 +122,63 @@ done
 cm_pair "ib_write_bw -R -a" 18515 0106 "ib_write_bw -R -a -n 200" \
 	"ib_write_bw -R -a -n 200 127.0.0.1" &&
 	expect "ib_write_bw -R -a: up to 8 MiB" "$TMP/cli.log" "^ 8388608 +200 "
+
+# rsockets: rstream (blocking, then non-blocking with rpoll), riostream
+# (riomap/riowrite), each over every size with the data verified, and
+# rcopy of a file.
+cm_pair "rstream -T v, every size" 7471 0106 "rstream -T v" "rstream -s 127.0.0.1 -T v" &&
+	expect "rstream -T v: 1 MiB transfers" "$TMP/cli.log" "^1m_bw +1m +100 "
+cm_pair "rstream -T a (non-blocking, rpoll)" 7471 0106 "rstream -T a" "rstream -s 127.0.0.1 -T a" &&
+	expect "rstream -T a: 1 MiB transfers" "$TMP/cli.log" "^1m_bw +1m +100 "
+cm_pair "riostream -T v, every size" 7471 0106 "riostream -T v" "riostream -s 127.0.0.1 -T v" &&
+	expect "riostream -T v: 1 MiB transfers" "$TMP/cli.log" "^1m_bw +1m +100 "
+head -c 3000017 /dev/urandom >"$TMP/src.bin"
+(cd "$TMP" && timeout 60 rcopy >"$TMP/srv.log" 2>&1) &
+rc_srv=$!
+if wait_cm 7427; then
+	timeout 60 rcopy "$TMP/src.bin" "127.0.0.1:$TMP/dst.bin" >"$TMP/cli.log" 2>&1
+	rrc=$?
+	for _ in $(seq 50); do grep -q "closing...done" "$TMP/srv.log" && break; sleep 0.1; done
+	if [ $rrc -eq 0 ] && cmp -s "$TMP/src.bin" "$TMP/dst.bin"; then
+		ok "rcopy: 3000017 bytes, the copy equal byte for byte"
+	else
+		bad "rcopy (rc $rrc)"; tail -3 "$TMP/cli.log" "$TMP/srv.log"
+	fi
+else
+	bad "rcopy: the server never listened"
+fi
+kill $rc_srv 2>/dev/null
+wait $rc_srv 2>/dev/null
+
+# librspreload: a plain TCP program on rsockets.  While its server
+# listens, the port is an rdma_cm port and no kernel TCP socket listens.
+preload=/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so
+LD_PRELOAD="${LD_PRELOAD:+$LD_PRELOAD }$preload" timeout 60 "$SV_BUILD/bin/tcp_echo" server 7600 \
+	>"$TMP/srv.log" 2>&1 &
+srv=$!
+if wait_cm 7600; then
+	if ss -tln 2>/dev/null | grep -q ":7600 "; then
+		bad "librspreload: a kernel TCP socket listens on 7600"
+	else
+		ok "librspreload: the server's port is an rdma_cm port, not a kernel TCP one"
+	fi
+	LD_PRELOAD="${LD_PRELOAD:+$LD_PRELOAD }$preload" timeout 60 "$SV_BUILD/bin/tcp_echo" \
+		client 7600 $((8 << 20)) >"$TMP/cli.log" 2>&1
+	crc=$?
+	wait $srv
+	src=$?
+	if [ $crc -eq 0 ] && [ $src -eq 0 ]; then
+		expect "librspreload: 8 MiB through a plain TCP client and server" "$TMP/cli.log" \
+			"^client: 8388608 [0-9]+ \(match\)"
+	else
+		bad "librspreload: client rc $crc, server rc $src"; tail -3 "$TMP/cli.log" "$TMP/srv.log"
+	fi
+else
+	bad "librspreload: the server never listened on an rdma_cm port"
+	sed 's/^/    srv: /' "$TMP/srv.log" | tail -5
+	kill $srv 2>/dev/null
+	wait $srv 2>/dev/null
+fi
 
 # Explain mode names what went wrong, in one line.
 SOFTVERBS_EXPLAIN=1 timeout 30 rping -c -a 127.0.0.1 -p 7999 -C 1 >"$TMP/cli.log" 2>&1

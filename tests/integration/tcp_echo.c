@@ -1,0 +1,104 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A plain TCP program for the librspreload test: it knows nothing of
+ * RDMA.  The server counts and checksums what it reads until end of file
+ * and writes "BYTES SUM" back; the client writes LEN patterned bytes,
+ * shuts its side down, reads the answer and exits 0 when it matches.
+ *
+ *   tcp_echo server PORT
+ *   tcp_echo client PORT [LEN]
+ */
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static unsigned long fold(unsigned long sum, const unsigned char *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		sum = sum * 31 + p[i];
+	return sum;
+}
+
+static int server(int s, struct sockaddr_in *a)
+{
+	unsigned char buf[65536];
+	unsigned long sum = 0, n = 0;
+	char out[64];
+	int one = 1, c, m;
+	ssize_t k;
+
+	setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(s, (struct sockaddr *)a, sizeof(*a)) || listen(s, 1)) {
+		perror("tcp_echo: bind/listen");
+		return 1;
+	}
+	c = accept(s, NULL, NULL);
+	if (c < 0) {
+		perror("tcp_echo: accept");
+		return 1;
+	}
+	while ((k = read(c, buf, sizeof(buf))) > 0) {
+		sum = fold(sum, buf, (size_t)k);
+		n += (unsigned long)k;
+	}
+	m = snprintf(out, sizeof(out), "%lu %lu", n, sum);
+	if (write(c, out, (size_t)m) != m)
+		perror("tcp_echo: write");
+	close(c);
+	close(s);
+	printf("server: %s\n", out);
+	return 0;
+}
+
+static int client(int s, struct sockaddr_in *a, size_t len)
+{
+	unsigned char *d = malloc(len);
+	char in[64] = { 0 }, want[64];
+	size_t got = 0;
+	ssize_t k;
+
+	if (!d || connect(s, (struct sockaddr *)a, sizeof(*a))) {
+		perror("tcp_echo: connect");
+		return 1;
+	}
+	for (size_t i = 0; i < len; i++)
+		d[i] = (unsigned char)(i * 7 + i / 4093);
+	for (size_t off = 0; off < len; off += (size_t)k) {
+		k = write(s, d + off, len - off);
+		if (k <= 0) {
+			perror("tcp_echo: write");
+			return 1;
+		}
+	}
+	shutdown(s, SHUT_WR);
+	while (got < sizeof(in) - 1 && (k = read(s, in + got, sizeof(in) - 1 - got)) > 0)
+		got += (size_t)k;
+	snprintf(want, sizeof(want), "%zu %lu", len, fold(0, d, len));
+	printf("client: %s (%s)\n", in, strcmp(in, want) ? "MISMATCH" : "match");
+	free(d);
+	return strcmp(in, want) != 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	int s;
+
+	if (argc < 3) {
+		fprintf(stderr, "usage: tcp_echo server|client PORT [LEN]\n");
+		return 2;
+	}
+	a.sin_port = htons((uint16_t)atoi(argv[2]));
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	s = socket(AF_INET, SOCK_STREAM, 0);
+	if (s < 0) {
+		perror("tcp_echo: socket");
+		return 1;
+	}
+	if (!strcmp(argv[1], "server"))
+		return server(s, &a);
+	return client(s, &a, argc > 3 ? strtoul(argv[3], NULL, 0) : 4u << 20);
+}

@@ -652,6 +652,13 @@ CM_EXPORT int rconnect(int socket, const struct sockaddr *addr, socklen_t addrle
 			return rs_fail(err, r, "rconnect", "rdma_resolve_addr: %s", strerror(err));
 		}
 		r->state = RS_RESOLVING;
+		/* A non-blocking connect is under way, as TCP's: rpoll says
+		 * POLLOUT when it is done and SO_ERROR how it went. */
+		if (r->nonblock) {
+			pthread_mutex_unlock(&r->mu);
+			errno = EINPROGRESS;
+			return -1;
+		}
 	}
 	for (;;) {
 		progress(r);
@@ -667,7 +674,7 @@ CM_EXPORT int rconnect(int socket, const struct sockaddr *addr, socklen_t addrle
 		}
 		if (r->nonblock) {
 			pthread_mutex_unlock(&r->mu);
-			errno = EINPROGRESS;
+			errno = EALREADY;
 			return -1;
 		}
 		if (wait_rs(r, -1)) {

@@ -48,6 +48,7 @@
 #include "cm.h"
 
 enum { RS_SLOTS = 32, RS_SLOT = 64 * 1024, RS_MAX_IOMAP = 16 };
+#define RS_POLL_NS 20000L	/* how long a blocking call polls before it sleeps */
 enum { RS_SQ = 2 * RS_SLOTS + 8, RS_RQ = 2 * RS_SLOTS + 8, RS_CQ = RS_SQ + RS_RQ };
 
 /* The immediate: the operation in the top 3 bits, a length or count below. */
@@ -451,6 +452,18 @@ static int wait_rs(struct rs *r, int ms)
 	int n = 1;
 
 	if (r->cc) {
+		/* A reply often comes within microseconds: poll the CQ that
+		 * long before sleeping on its channel, as rdma-core's
+		 * rsockets do (polling_time), since a wakeup costs the
+		 * progress thread's futex and an eventfd. */
+		struct timespec t0, t;
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		do {
+			if (cq_progress(r))
+				return 0;
+			clock_gettime(CLOCK_MONOTONIC, &t);
+		} while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) <
+			 RS_POLL_NS);
 		if (!r->armed && !ibv_req_notify_cq(r->cq, 0))
 			r->armed = true;
 		/* What arrived before the arming raises no event: it is

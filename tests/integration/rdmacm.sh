@@ -123,15 +123,23 @@ cm_pair "ib_write_bw -R -a" 18515 0106 "ib_write_bw -R -a -n 200" \
 	"ib_write_bw -R -a -n 200 127.0.0.1" &&
 	expect "ib_write_bw -R -a: up to 8 MiB" "$TMP/cli.log" "^ 8388608 +200 "
 
-# rsockets: rstream (blocking, then non-blocking with rpoll), riostream
-# (riomap/riowrite), each over every size with the data verified, and
-# rcopy of a file.
-cm_pair "rstream -T v, every size" 7471 0106 "rstream -T v" "rstream -s 127.0.0.1 -T v" &&
-	expect "rstream -T v: 1 MiB transfers" "$TMP/cli.log" "^1m_bw +1m +100 "
-cm_pair "rstream -T a (non-blocking, rpoll)" 7471 0106 "rstream -T a" "rstream -s 127.0.0.1 -T a" &&
-	expect "rstream -T a: 1 MiB transfers" "$TMP/cli.log" "^1m_bw +1m +100 "
-cm_pair "riostream -T v, every size" 7471 0106 "riostream -T v" "riostream -s 127.0.0.1 -T v" &&
-	expect "riostream -T v: 1 MiB transfers" "$TMP/cli.log" "^1m_bw +1m +100 "
+# rsockets: rstream (blocking, then non-blocking with rpoll) and riostream
+# (riomap/riowrite) at several sizes with the data verified, and rcopy of
+# a file.
+for sz in 64 4096 65536 1048576; do
+	cnt=$((sz > 65536 ? 50 : 2000))
+	cm_pair "rstream -T v -S $sz" 7471 0106 "rstream -T v -S $sz -C $cnt" \
+		"rstream -s 127.0.0.1 -T v -S $sz -C $cnt" &&
+		expect "rstream -T v -S $sz: $cnt transfers" "$TMP/cli.log" "^custom +[0-9.]+[kmg]? +[0-9.]+k? +1 +"
+	cm_pair "riostream -T v -S $sz" 7471 0106 "riostream -T v -S $sz -C $cnt" \
+		"riostream -s 127.0.0.1 -T v -S $sz -C $cnt" &&
+		expect "riostream -T v -S $sz: $cnt transfers" "$TMP/cli.log" "^custom +[0-9.]+[kmg]? +[0-9.]+k? +1 +"
+done
+for sz in 4096 1048576; do
+	cm_pair "rstream -T a -S $sz (non-blocking, rpoll)" 7471 0106 "rstream -T a -S $sz -C 50" \
+		"rstream -s 127.0.0.1 -T a -S $sz -C 50" &&
+		expect "rstream -T a -S $sz: 50 transfers" "$TMP/cli.log" "^custom +[0-9.]+[kmg]? +50 +1 +"
+done
 head -c 3000017 /dev/urandom >"$TMP/src.bin"
 (cd "$TMP" && timeout 60 rcopy >"$TMP/srv.log" 2>&1) &
 rc_srv=$!

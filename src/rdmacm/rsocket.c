@@ -278,12 +278,18 @@ static int take_peer(struct rs *r, const void *pdata, size_t len)
 }
 
 /* ---- progress: CM events and completions, never blocking ---- */
+static void failed(struct rs *r, int err)
+{
+	r->err = err;
+	r->state = RS_FAILED;
+}
+
 static void on_cm_event(struct rs *r, struct rdma_cm_event *ev)
 {
 	switch (ev->event) {
 	case RDMA_CM_EVENT_ADDR_RESOLVED:
 		if (rdma_resolve_route(r->id, 2000))
-			r->err = errno, r->state = RS_FAILED;
+			failed(r, errno);
 		break;
 	case RDMA_CM_EVENT_ROUTE_RESOLVED: {
 		struct rs_conn_data d;
@@ -292,13 +298,12 @@ static void on_cm_event(struct rs *r, struct rdma_cm_event *ev)
 					     .retry_count = 7, .rnr_retry_count = 7 };
 
 		if (rs_setup(r)) {
-			r->err = errno ? errno : ENOMEM;
-			r->state = RS_FAILED;
+			failed(r, errno ? errno : ENOMEM);
 			break;
 		}
 		conn_data(r, &d);
 		if (rdma_connect(r->id, &p))
-			r->err = errno, r->state = RS_FAILED;
+			failed(r, errno);
 		else
 			r->state = RS_CONNECTING;
 		break;
@@ -306,8 +311,7 @@ static void on_cm_event(struct rs *r, struct rdma_cm_event *ev)
 	case RDMA_CM_EVENT_ESTABLISHED:
 		if (r->state == RS_CONNECTING) {
 			if (take_peer(r, ev->param.conn.private_data, ev->param.conn.private_data_len)) {
-				r->err = ECONNREFUSED;
-				r->state = RS_FAILED;
+				failed(r, ECONNREFUSED);
 				rdma_disconnect(r->id);
 			} else {
 				r->state = RS_CONNECTED;
@@ -315,18 +319,15 @@ static void on_cm_event(struct rs *r, struct rdma_cm_event *ev)
 		}
 		break;
 	case RDMA_CM_EVENT_REJECTED:
-		r->err = ECONNREFUSED;
-		r->state = RS_FAILED;
+		failed(r, ECONNREFUSED);
 		break;
 	case RDMA_CM_EVENT_ADDR_ERROR:
 	case RDMA_CM_EVENT_ROUTE_ERROR:
-		r->err = EHOSTUNREACH;
-		r->state = RS_FAILED;
+		failed(r, EHOSTUNREACH);
 		break;
 	case RDMA_CM_EVENT_UNREACHABLE:
 	case RDMA_CM_EVENT_CONNECT_ERROR:
-		r->err = ETIMEDOUT;
-		r->state = RS_FAILED;
+		failed(r, ETIMEDOUT);
 		break;
 	case RDMA_CM_EVENT_DISCONNECTED:
 		r->disconnected = true;
@@ -400,19 +401,16 @@ static int cq_progress(struct rs *r)
 			uint32_t imm = be32toh(wc[i].imm_data);
 			post_recv(r);
 			switch (RS_IMM_OP(imm)) {
-			case RS_OP_DATA: {
-				unsigned slot = (r->rhead + r->rcount) % RS_SLOTS;
-
-				r->rlen[slot] = RS_IMM_VAL(imm);
-				r->rcount++;
-				break;
-			}
+			case RS_OP_DATA:
 			case RS_OP_IOMAP: {
 				unsigned slot = (r->rhead + r->rcount) % RS_SLOTS;
 
-				/* Consumed at once: the slot goes straight back. */
-				take_iomap(r, r->rbuf + (size_t)slot * RS_SLOT, RS_IMM_VAL(imm));
-				r->rlen[slot] = 0;
+				r->rlen[slot] = RS_IMM_VAL(imm);
+				if (RS_IMM_OP(imm) == RS_OP_IOMAP) {
+					/* Consumed at once: the slot goes straight back. */
+					take_iomap(r, r->rbuf + (size_t)slot * RS_SLOT, RS_IMM_VAL(imm));
+					r->rlen[slot] = 0;
+				}
 				r->rcount++;
 				break;
 			}
@@ -703,6 +701,28 @@ static bool can_send(struct rs *r)
 	return r->credits && r->sq_used + 2 <= RS_SQ && r->stage_used < RS_SLOTS;
 }
 
+/* WRITEs the staged slot (n bytes) into the peer's next slot as message op. */
+static int post_slot(struct rs *r, uint32_t op, size_t n)
+{
+	uint8_t *stage = r->sbuf + (size_t)r->stage * RS_SLOT;
+	struct ibv_sge sge = { .addr = (uintptr_t)stage, .length = (uint32_t)n,
+			       .lkey = r->smr->lkey };
+	struct ibv_send_wr wr = { .wr_id = 1, .sg_list = &sge, .num_sge = 1,
+				  .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
+				  .imm_data = htobe32(RS_IMM(op, n)) }, *bad;
+
+	wr.wr.rdma.remote_addr = r->peer_addr + (uint64_t)r->peer_head * RS_SLOT;
+	wr.wr.rdma.rkey = r->peer_rkey;
+	if (ibv_post_send(r->id->qp, &wr, &bad))
+		return -1;
+	r->sq_used++;
+	r->stage_used++;
+	r->stage = (r->stage + 1) % RS_SLOTS;
+	r->credits--;
+	r->peer_head = (r->peer_head + 1) % RS_SLOTS;
+	return 0;
+}
+
 /* One message of at most one slot, gathered from iov; the iov is advanced. */
 static ssize_t send_one(struct rs *r, const struct iovec **iov, int *iovcnt, size_t *ioff,
 			size_t left)
@@ -724,21 +744,7 @@ static ssize_t send_one(struct rs *r, const struct iovec **iov, int *iovcnt, siz
 			*ioff = 0;
 		}
 	}
-	struct ibv_sge sge = { .addr = (uintptr_t)stage, .length = (uint32_t)n,
-			       .lkey = r->smr->lkey };
-	struct ibv_send_wr wr = { .wr_id = 1, .sg_list = &sge, .num_sge = 1,
-				  .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
-				  .imm_data = htobe32(RS_IMM(RS_OP_DATA, n)) }, *bad;
-	wr.wr.rdma.remote_addr = r->peer_addr + (uint64_t)r->peer_head * RS_SLOT;
-	wr.wr.rdma.rkey = r->peer_rkey;
-	if (ibv_post_send(r->id->qp, &wr, &bad))
-		return -1;
-	r->sq_used++;
-	r->stage_used++;
-	r->stage = (r->stage + 1) % RS_SLOTS;
-	r->credits--;
-	r->peer_head = (r->peer_head + 1) % RS_SLOTS;
-	return (ssize_t)n;
+	return post_slot(r, RS_OP_DATA, n) ? -1 : (ssize_t)n;
 }
 
 static ssize_t rs_sendv(int socket, const struct iovec *iov, int iovcnt, int flags,
@@ -1357,24 +1363,12 @@ CM_EXPORT off_t riomap(int socket, void *buf, size_t len, int prot, int flags, o
 	 * message sent after this call. */
 	while (!can_send(r) && !r->err && !r->disconnected && !wait_rs(r, -1))
 		progress(r);
-	uint8_t *stage = r->sbuf + (size_t)r->stage * RS_SLOT;
-	memcpy(stage, &m, sizeof(m));
-	struct ibv_sge sge = { .addr = (uintptr_t)stage, .length = sizeof(m), .lkey = r->smr->lkey };
-	struct ibv_send_wr wr = { .wr_id = 1, .sg_list = &sge, .num_sge = 1,
-				  .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
-				  .imm_data = htobe32(RS_IMM(RS_OP_IOMAP, sizeof(m))) }, *bad;
-	wr.wr.rdma.remote_addr = r->peer_addr + (uint64_t)r->peer_head * RS_SLOT;
-	wr.wr.rdma.rkey = r->peer_rkey;
-	if (!can_send(r) || ibv_post_send(r->id->qp, &wr, &bad)) {
+	memcpy(r->sbuf + (size_t)r->stage * RS_SLOT, &m, sizeof(m));
+	if (!can_send(r) || post_slot(r, RS_OP_IOMAP, sizeof(m))) {
 		ibv_dereg_mr(mr);
 		pthread_mutex_unlock(&r->mu);
 		return rs_fail(ECONNRESET, r, "riomap", "the connection is gone");
 	}
-	r->sq_used++;
-	r->stage_used++;
-	r->stage = (r->stage + 1) % RS_SLOTS;
-	r->credits--;
-	r->peer_head = (r->peer_head + 1) % RS_SLOTS;
 	r->local[r->nlocal++] = mr;
 	pthread_mutex_unlock(&r->mu);
 	return offset;

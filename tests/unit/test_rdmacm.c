@@ -30,23 +30,9 @@
 #include <cmocka.h>
 #include <rdma/rdma_cma.h>
 
+#include "inet.h"
+
 extern char **environ;
-
-static double now_s(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
-static struct sockaddr_in loopback(uint16_t port)
-{
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port) };
-
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	return a;
-}
 
 /* The next event of ch within ms milliseconds, or NULL. */
 static struct rdma_cm_event *next_event(struct rdma_event_channel *ch, int ms)

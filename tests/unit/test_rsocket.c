@@ -21,23 +21,9 @@
 #include <time.h>
 #include <unistd.h>
 #include <cmocka.h>
+
+#include "inet.h"
 #include <rdma/rsocket.h>
-
-static double now_s(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
-static struct sockaddr_in loopback(uint16_t port)
-{
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port) };
-
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	return a;
-}
 
 static uint8_t pattern(size_t i)
 {

@@ -132,9 +132,14 @@ static void queue_signal(struct cm_chan *ch, bool nonempty)
 
 struct cm_event *cm_event_queue(struct cm_id *c, enum rdma_cm_event_type type, int status)
 {
-	struct cm_event *e = calloc(1, sizeof(*e));
+	struct cm_event *e;
 	struct cm_chan *ch = c->chan;
 
+	/* An id being destroyed reports nothing more (its destroyer waits
+	 * for acks with cm_mu released). */
+	if (c->destroying)
+		return NULL;
+	e = calloc(1, sizeof(*e));
 	if (!e)
 		return NULL;
 	e->ev.id = &c->id;
@@ -275,6 +280,8 @@ static struct cm_event *take(struct cm_chan *ch)
 	if (TAILQ_EMPTY(&ch->events))
 		queue_signal(ch, false);
 	e->owner->events_out++;
+	if (e->ev.event == RDMA_CM_EVENT_MULTICAST_JOIN && e->mc)
+		cm_mcast_joined(e->owner, e->mc);
 	if (e->ev.event == RDMA_CM_EVENT_CONNECT_REQUEST) {
 		struct cm_id *child = cm_of(e->ev.id);
 
@@ -381,32 +388,19 @@ static void wait_acks(struct cm_id *c)
 		pthread_cond_wait(&cm_cv, &cm_mu);
 }
 
-CM_EXPORT int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
+/* Moves c, its socket, its timer and its queued events to another channel. */
+static void move_id(struct cm_id *c, struct cm_chan *from, struct cm_chan *to)
 {
-	struct cm_id *c = cm_of(id);
-	struct cm_chan *to, *from;
 	struct cm_event *e, *n;
-
-	if (!id)
-		return cm_fail(EINVAL, NULL, "rdma_migrate_id", "id is NULL");
-	to = channel ? (struct cm_chan *)channel : cm_chan_new(true);
-	if (!to)
-		return cm_fail(errno, c, "rdma_migrate_id", "a private channel: %s", strerror(errno));
-	pthread_mutex_lock(&cm_mu);
-	from = c->chan;
-	if (from == to) {
-		pthread_mutex_unlock(&cm_mu);
-		return 0;
-	}
-	wait_acks(c);
 	bool watched = c->in_epoll;
-	cm_chan_detach(c);
 	enum cm_timer t = c->timer;
 	uint64_t deadline = c->deadline_ns;
+
+	cm_chan_detach(c);
 	cm_chan_attach(to, c);
 	for (e = TAILQ_FIRST(&from->events); e; e = n) {
 		n = TAILQ_NEXT(e, link);
-		if (e->owner != c)
+		if (e->owner != c && e->ev.id != &c->id)
 			continue;
 		TAILQ_REMOVE(&from->events, e, link);
 		bool was_empty = TAILQ_EMPTY(&to->events);
@@ -420,6 +414,42 @@ CM_EXPORT int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *
 		cm_watch(c, true);
 	c->timer = t;
 	c->deadline_ns = deadline;
+}
+
+CM_EXPORT int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
+{
+	struct cm_id *c = cm_of(id);
+	struct cm_chan *to, *from;
+
+	if (!id)
+		return cm_fail(EINVAL, NULL, "rdma_migrate_id", "id is NULL");
+	to = channel ? (struct cm_chan *)channel : cm_chan_new(true);
+	if (!to)
+		return cm_fail(errno, c, "rdma_migrate_id", "a private channel: %s", strerror(errno));
+	pthread_mutex_lock(&cm_mu);
+	from = c->chan;
+	if (from == to) {
+		pthread_mutex_unlock(&cm_mu);
+		return 0;
+	}
+	/* A synchronous id's last event is the library's, not the
+	 * application's: it is acked here, as rdma-core's migrate does. */
+	if (from->sync && c->id.event) {
+		struct cm_event *e = (struct cm_event *)c->id.event;
+
+		c->id.event = NULL;
+		e->owner->events_out--;
+		free(e);
+	}
+	wait_acks(c);
+	move_id(c, from, to);
+	/* A listener's requests not yet reported go with it. */
+	struct cm_id *o, *n;
+	for (o = TAILQ_FIRST(&from->ids); o; o = n) {
+		n = TAILQ_NEXT(o, link);
+		if (o->listener == c)
+			move_id(o, from, to);
+	}
 	arm(to);
 	arm(from);
 	/* A private channel goes with its last id (a synchronous listener's
@@ -429,6 +459,23 @@ CM_EXPORT int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *
 	if (orphan)
 		chan_free(from);
 	return 0;
+}
+
+/* c's queued events, and the requests accepted for c (a listener) and
+ * not yet reported: they die with it. */
+static void drop_pending(struct cm_id *c)
+{
+	struct cm_id *o, *n;
+
+	cm_discard_events(c);
+	for (o = TAILQ_FIRST(&c->chan->ids); o; o = n) {
+		n = TAILQ_NEXT(o, link);
+		if (o->listener == c) {
+			cm_drop_connection(o);
+			cm_chan_detach(o);
+			cm_id_free(o);
+		}
+	}
 }
 
 /* rdma_destroy_id's part: with cm_mu held, takes c off its channel once
@@ -445,18 +492,13 @@ struct cm_chan *cm_leave_channel(struct cm_id *c)
 		e->owner->events_out--;
 		free(e);
 	}
-	cm_discard_events(c);
-	/* Requests accepted for a listener and not yet reported die with it. */
-	struct cm_id *o, *n;
-	for (o = TAILQ_FIRST(&ch->ids); o; o = n) {
-		n = TAILQ_NEXT(o, link);
-		if (o->listener == c) {
-			cm_drop_connection(o);
-			cm_chan_detach(o);
-			cm_id_free(o);
-		}
-	}
+	/* Nothing of c runs while its destroyer waits: its socket leaves
+	 * the epoll set and its timer stops. */
+	cm_watch(c, false);
+	c->timer = CM_T_NONE;
+	drop_pending(c);
 	wait_acks(c);
+	drop_pending(c);
 	cm_chan_detach(c);
 	arm(ch);
 	return ch->sync && TAILQ_EMPTY(&ch->ids) ? ch : NULL;

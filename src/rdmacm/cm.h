@@ -109,6 +109,7 @@ struct cm_id;
 struct cm_event {
 	struct rdma_cm_event ev;
 	struct cm_id *owner;		/* whose events_out it counts in */
+	struct cm_mcast *mc;		/* MULTICAST_JOIN: the group */
 	TAILQ_ENTRY(cm_event) link;
 	uint8_t pdata[CM_PDATA_MAX];
 };
@@ -122,7 +123,9 @@ struct cm_chan {
 	TAILQ_HEAD(, cm_id) ids;
 };
 
-enum cm_timer { CM_T_NONE, CM_T_REP, CM_T_RTU, CM_T_DREP, CM_T_TIMEWAIT };
+/* REQ: an accepted socket that sends no REQ; REWATCH: a listener that ran
+ * out of fds looks at its socket again. */
+enum cm_timer { CM_T_NONE, CM_T_REP, CM_T_RTU, CM_T_DREP, CM_T_TIMEWAIT, CM_T_REQ, CM_T_REWATCH };
 
 struct cm_mcast {
 	struct sockaddr_storage addr;
@@ -130,6 +133,7 @@ struct cm_mcast {
 	uint16_t mlid;
 	bool attached;
 	void *context;
+	bool send_only;
 	struct cm_mcast *next;
 };
 
@@ -240,6 +244,7 @@ int cm_qp_err(struct cm_id *c);
 
 /* mcast.c */
 void cm_mcast_leave_all(struct cm_id *c);
+void cm_mcast_joined(struct cm_id *c, struct cm_mcast *m);
 bool cm_addr_multicast(const struct sockaddr *a);
 
 /* softverbs' core, exported by libibverbs.so.1 under SOFTVERBS_PRIVATE_1 */

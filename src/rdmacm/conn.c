@@ -157,8 +157,19 @@ static void on_listener(struct cm_id *l)
 	for (;;) {
 		int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 
-		if (fd < 0)
+		if (fd < 0) {
+			/* Out of fds (or memory): the pending connection keeps
+			 * the socket readable, so the listener stops watching
+			 * it for a while rather than spin. */
+			if (errno != EAGAIN && errno != EINTR) {
+				softverbs_cm_explain("rdma_listen", "listener %p on port %u: accept: %s; "
+						     "retrying in 100 ms", (void *)l, l->port,
+						     strerror(errno));
+				cm_watch(l, false);
+				cm_set_timer(l, CM_T_REWATCH, 100000000ull);
+			}
 			return;
+		}
 		struct cm_id *c = cm_id_new(l->chan, l->id.context, l->id.ps, l->id.qp_type);
 		if (!c) {
 			close(fd);
@@ -171,6 +182,9 @@ static void on_listener(struct cm_id *l)
 		memcpy(&c->id.route.addr.src_storage, &l->id.route.addr.src_storage,
 		       sizeof(c->id.route.addr.src_storage));
 		cm_watch(c, true);
+		/* A connection that sends no REQ is dropped after one CM
+		 * response timeout, so that silent sockets cannot pile up. */
+		cm_set_timer(c, CM_T_REQ, cm_response_ns());
 	}
 }
 
@@ -194,24 +208,51 @@ static void fill_conn_param(struct cm_event *e, const struct cm_msg *m, int pdat
 	p->qp_num = m->qpn;
 }
 
+/* A request the listener does not take: REJ (or a SIDR reject), and the
+ * new id goes. */
+static void refuse(struct cm_id *c, const char *why)
+{
+	softverbs_cm_explain("rdma_listen", "listener %p on port %u: a request is rejected: %s",
+			     (void *)c->listener, c->port, why);
+	c->state = CM_REQ_RCVD;
+	cm_drop_connection(c);
+	cm_chan_detach(c);
+	cm_id_free(c);
+}
+
+static bool addr_unspecified(const struct sockaddr *a)
+{
+	static const struct in6_addr any6;
+
+	return a->sa_family == AF_INET ?
+	       ((const struct sockaddr_in *)a)->sin_addr.s_addr == htonl(INADDR_ANY) :
+	       !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr, &any6, sizeof(any6));
+}
+
 static void on_req(struct cm_id *c, const struct cm_msg *m)
 {
 	struct cm_id *l = c->listener;
 	bool sidr = m->type == CM_MSG_SIDR_REQ;
 	struct cm_event *e;
 
-	if (l->pending >= l->backlog) {
-		/* ucma refuses a request beyond the backlog, and ib_cm
-		 * rejects it as the consumer's (cm_destroy_id in REQ_RCVD). */
-		softverbs_cm_explain("rdma_listen", "listener %p on port %u: a request beyond "
-				     "its backlog of %d is rejected", (void *)l, l->port, l->backlog);
-		c->state = CM_REQ_RCVD;
-		cm_drop_connection(c);
-		cm_chan_detach(c);
-		cm_id_free(c);
-		return;
-	}
-	memcpy(&c->id.route.addr.src_storage, &m->dst, sizeof(m->dst));
+	cm_set_timer(c, CM_T_NONE, 0);
+	/* ucma refuses a request beyond the backlog, and ib_cm rejects it
+	 * as the consumer's (cm_destroy_id in REQ_RCVD). */
+	if (l->pending >= l->backlog)
+		return refuse(c, "beyond the listener's backlog");
+	/* A UD listener takes SIDR requests, a connected one REQs. */
+	if (sidr != (l->id.qp_type == IBV_QPT_UD))
+		return refuse(c, sidr ? "a SIDR request to a connected listener" :
+			      "a connection request to a UD listener");
+	/* Our side of the connection is the listener's port, and its address
+	 * unless it listens on every address: then the one the peer reached,
+	 * if it is this host's. */
+	memcpy(&c->id.route.addr.src_storage, &l->id.route.addr.src_storage,
+	       sizeof(c->id.route.addr.src_storage));
+	if (addr_unspecified(&l->id.route.addr.src_addr) &&
+	    cm_addr_local((const struct sockaddr *)&m->dst))
+		memcpy(&c->id.route.addr.src_storage, &m->dst, sizeof(m->dst));
+	cm_addr_set_port(&c->id.route.addr.src_addr, l->port);
 	memcpy(&c->id.route.addr.dst_storage, &m->src, sizeof(m->src));
 	cm_use_device(c);
 	cm_addr_gid(c->id.verbs, &c->id.route.addr.src_addr, &c->id.route.addr.addr.ibaddr.sgid,
@@ -221,30 +262,34 @@ static void on_req(struct cm_id *c, const struct cm_msg *m)
 	cm_fill_path(c);
 	c->remote_gid = m->gid;
 	c->remote_lid = m->lid;
-	c->remote_qpn = m->qpn;
-	c->remote_psn = m->psn;
+	c->remote_qpn = m->qpn & 0xffffff;
+	c->remote_psn = m->psn & 0xffffff;
 	c->remote_ece = m->ece;
 	c->responder_resources = m->initiator_depth;
 	c->initiator_depth = m->responder_resources;
-	c->retry_count = m->retry_count;
-	c->rnr_retry_count = m->rnr_retry_count;
+	/* 3-bit fields in the REQ (IBTA 12.7.27, 12.7.38). */
+	c->retry_count = m->retry_count > 7 ? 7 : m->retry_count;
+	c->rnr_retry_count = m->rnr_retry_count > 7 ? 7 : m->rnr_retry_count;
 	c->remote_srq = m->flags & CM_F_SRQ;
 	c->psn = random_psn();
 	c->state = CM_REQ_RCVD;
-	l->pending++;
 	e = cm_event_queue(c, RDMA_CM_EVENT_CONNECT_REQUEST, 0);
 	if (!e)
-		return;
+		return refuse(c, "out of memory for its event");
+	l->pending++;
 	e->owner = l;
 	e->ev.listen_id = &l->id;
 	if (sidr) {
 		memcpy(e->pdata, m->pdata, m->pdata_len);
 		e->ev.param.ud.private_data = e->pdata;
 		e->ev.param.ud.private_data_len = (uint8_t)cm_private_max(c, CM_MSG_SIDR_REQ);
-		e->ev.param.ud.qp_num = m->qpn;
+		e->ev.param.ud.qp_num = m->qpn & 0xffffff;
 		e->ev.param.ud.qkey = m->qkey;
 	} else {
 		fill_conn_param(e, m, cm_private_max(c, CM_MSG_REQ));
+		e->ev.param.conn.retry_count = c->retry_count;
+		e->ev.param.conn.rnr_retry_count = c->rnr_retry_count;
+		e->ev.param.conn.qp_num = c->remote_qpn;
 	}
 }
 
@@ -534,7 +579,7 @@ static void on_sidr_rep(struct cm_id *c, const struct cm_msg *m)
 
 	cm_set_timer(c, CM_T_NONE, 0);
 	if (m->reason) {
-		fail_with(c, RDMA_CM_EVENT_UNREACHABLE, (int)m->reason,
+		fail_with(c, RDMA_CM_EVENT_UNREACHABLE, (int)(m->reason & 0xff),
 			  "the listener rejected the SIDR request");
 		return;
 	}
@@ -643,10 +688,16 @@ CM_EXPORT int rdma_disconnect(struct rdma_cm_id *id)
 			cm_set_timer(c, CM_T_DREP, cm_response_ns());
 		ret = cm_sync_wait(c);
 		break;
-	case CM_REQ_SENT:
-	case CM_REQ_RCVD:
 	case CM_DREQ_SENT:
 	case CM_DISCONNECTED:
+		cm_qp_err(c);
+		/* A synchronous id completes with its DISCONNECTED, which
+		 * may be queued already (the peer's DREQ came first). */
+		if (c->chan->sync && !TAILQ_EMPTY(&c->chan->events))
+			ret = cm_sync_wait(c);
+		break;
+	case CM_REQ_SENT:
+	case CM_REQ_RCVD:
 	case CM_FAILED:
 		cm_qp_err(c);
 		break;
@@ -715,7 +766,8 @@ static void on_msg(struct cm_id *c, const struct cm_msg *m)
 
 			c->state = CM_FAILED;
 			cm_set_timer(c, CM_T_NONE, 0);
-			e = cm_event_queue(c, RDMA_CM_EVENT_REJECTED, (int)m->reason);
+			/* REJ reasons are 16 bits (IBTA table 112). */
+			e = cm_event_queue(c, RDMA_CM_EVENT_REJECTED, (int)(m->reason & 0xffff));
 			if (e) {
 				memcpy(e->pdata, m->pdata, m->pdata_len);
 				e->ev.param.conn.private_data = e->pdata;
@@ -764,7 +816,9 @@ void cm_on_readable(struct cm_id *c)
 		return on_listener(c);
 	for (;;) {
 		enum cm_state before = c->state;
-		ssize_t n = recv(c->fd, &m, sizeof(m), MSG_DONTWAIT);
+		/* MSG_TRUNC: a record longer than a message reports its
+		 * real length, and is refused below. */
+		ssize_t n = recv(c->fd, &m, sizeof(m), MSG_DONTWAIT | MSG_TRUNC);
 
 		if (n < 0 && (errno == EAGAIN || errno == EINTR))
 			return;
@@ -799,10 +853,23 @@ void cm_on_timer(struct cm_id *c)
 		close_socket(c);
 		break;
 	case CM_T_DREP:
-		disconnected(c);
+		/* ib_cm's DREQ_ERROR: DISCONNECTED, with the timeout as its status. */
+		c->state = CM_DISCONNECTED;
+		cm_event_queue(c, RDMA_CM_EVENT_DISCONNECTED, -ETIMEDOUT);
+		cm_set_timer(c, CM_T_TIMEWAIT, cm_response_ns());
 		break;
 	case CM_T_TIMEWAIT:
 		cm_event_queue(c, RDMA_CM_EVENT_TIMEWAIT_EXIT, 0);
+		break;
+	case CM_T_REQ:
+		softverbs_cm_explain("rdma_listen", "port %u: a connection sent no REQ within the "
+				     "CM timeout and is dropped", c->port);
+		close_socket(c);
+		cm_chan_detach(c);
+		cm_id_free(c);
+		break;
+	case CM_T_REWATCH:
+		cm_watch(c, true);
 		break;
 	default:
 		break;

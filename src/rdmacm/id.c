@@ -171,7 +171,9 @@ bool cm_ps_valid(enum rdma_port_space ps)
 /* The user's share of a message's private data. */
 int cm_private_max(const struct cm_id *c, enum cm_msg_type t)
 {
-	int ip = c->id.ps == RDMA_PS_IB ? 0 : CM_IP_HDR;
+	/* The kernel's cma_user_data_offset: the header is left out only for
+	 * AF_IB addresses, and softverbs binds IPv4 and IPv6 only. */
+	int ip = CM_IP_HDR;
 
 	switch (t) {
 	case CM_MSG_REQ: return CM_PDATA_REQ - ip;

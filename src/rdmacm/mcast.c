@@ -94,6 +94,7 @@ static int join(struct rdma_cm_id *id, struct sockaddr *addr, bool send_only, vo
 	}
 	memcpy(&m->addr, addr, cm_addr_len(addr));
 	m->context = context;
+	m->send_only = send_only;
 	map_group(id->verbs, addr, &m->mgid, &m->mlid);
 	m->next = c->mcasts;
 	c->mcasts = m;
@@ -111,6 +112,7 @@ static int join(struct rdma_cm_id *id, struct sockaddr *addr, bool send_only, vo
 	}
 	e = cm_event_queue(c, RDMA_CM_EVENT_MULTICAST_JOIN, 0);
 	if (e) {
+		e->mc = m;
 		struct rdma_ud_param *u = &e->ev.param.ud;
 		struct ibv_port_attr pa = { 0 };
 
@@ -180,6 +182,16 @@ CM_EXPORT int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr)
 	pthread_mutex_unlock(&cm_mu);
 	return cm_fail(EADDRNOTAVAIL, c, "rdma_leave_multicast", "the id has not joined that "
 		       "group");
+}
+
+/* The join's event is handed out: a QP created since the join is attached
+ * now, as librdmacm attaches when it processes the event. */
+void cm_mcast_joined(struct cm_id *c, struct cm_mcast *m)
+{
+	for (struct cm_mcast *i = c->mcasts; i; i = i->next)
+		if (i == m && !m->attached && !m->send_only && c->id.qp &&
+		    !ibv_attach_mcast(c->id.qp, &m->mgid, m->mlid))
+			m->attached = true;
 }
 
 void cm_mcast_leave_all(struct cm_id *c)

@@ -259,16 +259,19 @@ CM_EXPORT int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_e
 	qp = ibv_create_qp_ex(id->verbs, attr);
 	if (!qp)
 		goto fail;
-	id->qp = qp;
+	/* id->qp changes under cm_mu: a thread reading the id's socket
+	 * (a REP, a disconnect) modifies the QP it finds there. */
 	pthread_mutex_lock(&cm_mu);
+	id->qp = qp;
 	int ret = cm_modify_qp(c, IBV_QPS_INIT);
 	if (!ret && qp->qp_type == IBV_QPT_UD)
 		ret = cm_modify_qp(c, IBV_QPS_RTR) || cm_modify_qp(c, IBV_QPS_RTS) ? -1 : 0;
+	if (ret)
+		id->qp = NULL;
 	pthread_mutex_unlock(&cm_mu);
 	if (ret) {
 		int err = errno;
 
-		id->qp = NULL;
 		ibv_destroy_qp(qp);
 		destroy_cqs(id);
 		return cm_fail(err, c, "rdma_create_qp_ex", "moving the new QP to %s: %s",
@@ -303,10 +306,15 @@ CM_EXPORT int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd,
 
 CM_EXPORT void rdma_destroy_qp(struct rdma_cm_id *id)
 {
+	struct ibv_qp *qp;
+
 	if (!id || !id->qp)
 		return;
-	ibv_destroy_qp(id->qp);
+	pthread_mutex_lock(&cm_mu);
+	qp = id->qp;
 	id->qp = NULL;
+	pthread_mutex_unlock(&cm_mu);
+	ibv_destroy_qp(qp);
 	destroy_cqs(id);
 }
 
@@ -452,17 +460,25 @@ CM_EXPORT int rdma_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **id
 	if (rdma_get_cm_event(listen->channel, &ev))
 		return -1;
 	if (ev->event != RDMA_CM_EVENT_CONNECT_REQUEST || ev->status) {
+		/* rdma-core's rdma_get_request: REJECTED is ECONNREFUSED, a
+		 * status its errno, anything else EINVAL. */
+		int err = ev->event == RDMA_CM_EVENT_REJECTED ? ECONNREFUSED :
+			  ev->status < 0 ? -ev->status : ev->status ? ev->status : EINVAL;
+
 		listen->event = ev;
-		return cm_fail(ev->event == RDMA_CM_EVENT_REJECTED ? ECONNREFUSED : EINVAL, l,
-			       "rdma_get_request", "%s, status %d", rdma_event_str(ev->event),
-			       ev->status);
+		return cm_fail(err, l, "rdma_get_request", "%s, status %d",
+			       rdma_event_str(ev->event), ev->status);
 	}
 	/* A synchronous listener's requests are synchronous ids too: the new
 	 * id gets a channel of its own and its event (librdmacm's
 	 * ucma_process_conn_req). */
 	struct rdma_cm_id *child = ev->id;
 	if (rdma_migrate_id(child, NULL)) {
+		int err = errno;
+
 		rdma_ack_cm_event(ev);
+		rdma_destroy_id(child);	/* its requester is rejected */
+		errno = err;
 		return -1;
 	}
 	pthread_mutex_lock(&cm_mu);

@@ -538,6 +538,52 @@ static void test_channel_modes(void **state)
 	rdma_destroy_event_channel(ch);
 }
 
+/* ---- rdma_migrate_id: a synchronous id, and a listener with a request ---- */
+static void test_migrate(void **state)
+{
+	struct rdma_event_channel *a1 = rdma_create_event_channel(), *a2 = rdma_create_event_channel();
+	struct rdma_event_channel *ac = rdma_create_event_channel();
+	struct rdma_cm_id *sid;
+	struct sockaddr_in lo = loopback(9);
+	uint16_t port;
+
+	/* A synchronous id holds its last event: migrating acks it. */
+	assert_int_equal(rdma_create_id(NULL, &sid, NULL, RDMA_PS_TCP), 0);
+	assert_int_equal(rdma_resolve_addr(sid, NULL, (struct sockaddr *)&lo, 100), 0);
+	assert_non_null(sid->event);
+	assert_int_equal(rdma_migrate_id(sid, a2), 0);
+	assert_ptr_equal(sid->channel, a2);
+	assert_int_equal(rdma_destroy_id(sid), 0);
+
+	/* A listener moved with a request it has not reported: the request
+	 * and the connection continue on the new channel. */
+	struct rdma_cm_id *l = listener(a1, 4, &port), *c = routed(ac, port);
+	connect_qpless(c, 0x55, NULL);
+	struct pollfd p = { .fd = a1->fd, .events = POLLIN };
+	assert_int_equal(poll(&p, 1, 2000), 1);	/* the listener's socket is readable */
+	no_event(a2);
+	struct rdma_cm_event *ev = next_event(a1, 200);	/* reads it: the request is queued */
+	assert_non_null(ev);
+	assert_int_equal(ev->event, RDMA_CM_EVENT_CONNECT_REQUEST);
+	struct rdma_cm_id *s = ev->id;
+	rdma_ack_cm_event(ev);
+	assert_int_equal(rdma_migrate_id(l, a2), 0);
+	assert_int_equal(rdma_migrate_id(s, a2), 0);
+	struct rdma_conn_param rp = { .qp_num = 0x66 };
+	assert_int_equal(rdma_accept(s, &rp), 0);
+	ev = expect_event(ac, RDMA_CM_EVENT_CONNECT_RESPONSE);
+	rdma_ack_cm_event(ev);
+	assert_int_equal(rdma_establish(c), 0);
+	expect_ack(a2, RDMA_CM_EVENT_ESTABLISHED, 0);
+	no_event(a1);
+	rdma_destroy_id(s);
+	rdma_destroy_id(c);
+	rdma_destroy_id(l);
+	rdma_destroy_event_channel(a1);
+	rdma_destroy_event_channel(a2);
+	rdma_destroy_event_channel(ac);
+}
+
 /* ---- children ---- */
 static int child_connect(uint16_t port)
 {
@@ -589,6 +635,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_peer_killed),
 		cmocka_unit_test(test_destroy_with_events),
 		cmocka_unit_test(test_channel_modes),
+		cmocka_unit_test(test_migrate),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -747,21 +747,35 @@ static ssize_t send_one(struct rs *r, const struct iovec **iov, int *iovcnt, siz
 	return post_slot(r, RS_OP_DATA, n) ? -1 : (ssize_t)n;
 }
 
-static ssize_t rs_sendv(int socket, const struct iovec *iov, int iovcnt, int flags,
-			const char *call)
+/* The connected rsocket a stream call works on, locked, and the bytes its
+ * iovec holds; NULL (errno set) when there is none. */
+static struct rs *stream_begin(int socket, const struct iovec *iov, int iovcnt, size_t *total,
+			       const char *call)
 {
 	struct rs *r = lookup(socket, call);
-	size_t total = 0, sent = 0, ioff = 0;
 
 	if (!r)
-		return -1;
+		return NULL;
+	*total = 0;
 	for (int i = 0; i < iovcnt; i++)
-		total += iov[i].iov_len;
+		*total += iov[i].iov_len;
 	pthread_mutex_lock(&r->mu);
 	if (r->state != RS_CONNECTED) {
 		pthread_mutex_unlock(&r->mu);
-		return rs_fail(ENOTCONN, r, call, "not connected");
+		rs_fail(ENOTCONN, r, call, "not connected");
+		return NULL;
 	}
+	return r;
+}
+
+static ssize_t rs_sendv(int socket, const struct iovec *iov, int iovcnt, int flags,
+			const char *call)
+{
+	size_t total, sent = 0, ioff = 0;
+	struct rs *r = stream_begin(socket, iov, iovcnt, &total, call);
+
+	if (!r)
+		return -1;
 	while (sent < total) {
 		progress(r);
 		if (r->wr_shut || r->disconnected || r->err) {
@@ -798,20 +812,12 @@ static ssize_t rs_sendv(int socket, const struct iovec *iov, int iovcnt, int fla
 static ssize_t rs_recvv(int socket, const struct iovec *iov, int iovcnt, int flags,
 			const char *call)
 {
-	struct rs *r = lookup(socket, call);
-	size_t total = 0, got = 0;
+	size_t total, got = 0, voff = 0;
 	int vi = 0;
-	size_t voff = 0;
+	struct rs *r = stream_begin(socket, iov, iovcnt, &total, call);
 
 	if (!r)
 		return -1;
-	for (int i = 0; i < iovcnt; i++)
-		total += iov[i].iov_len;
-	pthread_mutex_lock(&r->mu);
-	if (r->state != RS_CONNECTED) {
-		pthread_mutex_unlock(&r->mu);
-		return rs_fail(ENOTCONN, r, call, "not connected");
-	}
 	for (;;) {
 		progress(r);
 		/* Copy what the filled slots hold. */

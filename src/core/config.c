@@ -400,7 +400,5 @@ SV_EXPORT int softverbs_cm_setting(const char *key)
 		return c->cm_timeout;
 	if (!strcmp(key, "cm_retries"))
 		return c->cm_retries;
-	if (!strcmp(key, "explain"))
-		return c->explain || c->log_level >= SV_LOG_DEBUG;
 	return -1;
 }

@@ -339,17 +339,30 @@ CM_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_
 	return 0;
 }
 
+/* With cm_mu held: an event handed out is acked. */
+static void ack_locked(struct cm_event *e)
+{
+	e->owner->events_out--;
+	pthread_cond_broadcast(&cm_cv);
+	free(e);
+}
+
+/* A synchronous id's last event, kept in id->event, is acked. */
+static void ack_sync_event(struct cm_id *c)
+{
+	if (c->id.event) {
+		ack_locked((struct cm_event *)c->id.event);
+		c->id.event = NULL;
+	}
+}
+
 CM_EXPORT int rdma_ack_cm_event(struct rdma_cm_event *event)
 {
-	struct cm_event *e = (struct cm_event *)event;
-
 	if (!event)
 		return cm_fail(EINVAL, NULL, "rdma_ack_cm_event", "event is NULL");
 	pthread_mutex_lock(&cm_mu);
-	e->owner->events_out--;
-	pthread_cond_broadcast(&cm_cv);
+	ack_locked((struct cm_event *)event);
 	pthread_mutex_unlock(&cm_mu);
-	free(e);
 	return 0;
 }
 
@@ -362,12 +375,7 @@ int cm_sync_wait(struct cm_id *c)
 
 	if (!c->chan->sync)
 		return 0;
-	if (c->id.event) {
-		e = (struct cm_event *)c->id.event;
-		c->id.event = NULL;
-		e->owner->events_out--;
-		free(e);
-	}
+	ack_sync_event(c);
 	if (get_event(c->chan, &e))
 		return -1;
 	c->id.event = &e->ev;
@@ -434,13 +442,8 @@ CM_EXPORT int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *
 	}
 	/* A synchronous id's last event is the library's, not the
 	 * application's: it is acked here, as rdma-core's migrate does. */
-	if (from->sync && c->id.event) {
-		struct cm_event *e = (struct cm_event *)c->id.event;
-
-		c->id.event = NULL;
-		e->owner->events_out--;
-		free(e);
-	}
+	if (from->sync)
+		ack_sync_event(c);
 	wait_acks(c);
 	move_id(c, from, to);
 	/* A listener's requests not yet reported go with it. */
@@ -485,13 +488,7 @@ struct cm_chan *cm_leave_channel(struct cm_id *c)
 {
 	struct cm_chan *ch = c->chan;
 
-	if (c->id.event) {
-		struct cm_event *e = (struct cm_event *)c->id.event;
-
-		c->id.event = NULL;
-		e->owner->events_out--;
-		free(e);
-	}
+	ack_sync_event(c);
 	/* Nothing of c runs while its destroyer waits: its socket leaves
 	 * the epoll set and its timer stops. */
 	cm_watch(c, false);

@@ -7,6 +7,9 @@ pkgs=(
 	libibverbs-dev   # the ABI contract: <infiniband/verbs.h> of rdma-core 44
 	librdmacm-dev    # and <rdma/rdma_cma.h> for librdmacm.so.1
 	libcmocka-dev    # unit tests
+	libisal-dev      # the RoCEv2 ICRC's CRC-32 (src/transport/udp/icrc.c)
+	zlib1g-dev       # its independent check in the unit tests
+	tshark           # tests: captures (SOFTVERBS_PCAP) decode as RoCEv2
 	ibverbs-utils perftest qperf rdmacm-utils  # real clients for the integration tests
 	rdma-core python3-pyverbs                  # rdma-core's own conformance suite
 	ucx-utils gnuplot-nox                      # bench/ and tests: the UCX peer, and the plots

@@ -72,6 +72,9 @@ struct sv_config {
 	enum sv_assist_mode { SV_ASSIST_AUTO, SV_ASSIST_OFF, SV_ASSIST_FORCE } assist;
 	uint8_t cm_timeout;		/* SOFTVERBS_CM_TIMEOUT: 4.096 us * 2^n */
 	uint8_t cm_retries;		/* SOFTVERBS_CM_RETRIES */
+	/* SOFTVERBS_TRANSPORT: a peer on this host goes by shm (auto) or, to
+	 * measure or test the packet path, by UDP like any other (udp). */
+	enum sv_transport { SV_TRANSPORT_AUTO, SV_TRANSPORT_UDP } transport;
 	char source[256];		/* config file that was read, or "" */
 };
 
@@ -198,6 +201,10 @@ struct sv_reg_qp_info {
 
 int sv_reg_open(void);
 const char *sv_reg_path(void);
+/* The registry file's name, which names the host: user and network
+ * namespace (its inode number, sv_netns_id). */
+void sv_reg_name(char *buf, size_t len);
+uint64_t sv_netns_id(void);
 uint16_t sv_reg_lid(unsigned dev_index);
 /* A device's port state, host-wide: a word whose low bit is 1 while the
  * port is down and whose upper bits count changes.  Setting it returns
@@ -354,6 +361,9 @@ struct sv_context {
 	struct sv_keytab mrs;		/* lkey/rkey -> MR */
 	atomic_uint nqp, ncq, npd, nsrq, nah;
 	atomic_uint wq_seq;		/* numbers of WQs and indirection tables */
+	/* Packets to and from other hosts (engine/pkt.c): set once, when
+	 * the first QP meets another host; read by every empty CQ poll. */
+	struct pkt_ctx *_Atomic pkt;
 };
 
 struct sv_pd {
@@ -475,6 +485,12 @@ struct sv_swqe {
 	uint64_t rnr_deadline;		/* CLOCK_MONOTONIC ns of the next try */
 	struct ibv_mw *mw;		/* BIND_MW: the window, its new rkey in rkey */
 	struct ibv_mw_bind_info bind;
+	/* A WQE to another host (engine/pkt_req.c): its first PSN, how many
+	 * it takes, how many responses have come in (READ, atomics), and
+	 * where it stands. */
+	uint32_t psn, npkts, got;
+	uint64_t ooo[2];		/* READ: responses got + i that came early, bit i */
+	uint8_t pstate, pstatus;	/* enum pkt_wqe_state; its error status */
 	struct ibv_sge sge[];		/* num_sge entries, then inline bytes */
 };
 
@@ -547,6 +563,10 @@ struct sv_qp {
 	} fin[SV_MAX_FIN_DUE];
 	uint32_t fin_n;
 	atomic_uint fins_due;
+	/* Packets (engine/pkt*.c): set for a QP that may meet another host;
+	 * pq_remote when its own peer is there (RC, UC, XRC). */
+	struct pkt_qp *pq;
+	bool pq_remote;
 	int wr_err;			/* ibv_wr_* batch: first error */
 	uint32_t wr_n;			/* ibv_wr_* batch: WQEs built */
 };
@@ -793,6 +813,9 @@ bool sv_gid_entry(const struct sv_device *dev, unsigned index,
 		  union ibv_gid *gid, enum ibv_gid_type *type);
 int sv_gid_find(const struct sv_device *dev, const union ibv_gid *gid);
 bool sv_port_needs_grh(const struct sv_device *dev);
+/* The port's active MTU: SOFTVERBS_MTU, or in RoCE mode less when an
+ * interface of the host carries less. */
+enum ibv_mtu sv_port_mtu(const struct sv_device *dev);
 int sv_query_device_ex(struct ibv_context *ctx,
 		       const struct ibv_query_device_ex_input *input,
 		       struct ibv_device_attr_ex *attr, size_t attr_size);

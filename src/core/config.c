@@ -145,6 +145,17 @@ static bool set_cm_timeout(const char *v)
 	return true;
 }
 
+static bool set_transport(const char *v)
+{
+	if (!strcasecmp(v, "auto"))
+		cfg.transport = SV_TRANSPORT_AUTO;
+	else if (!strcasecmp(v, "udp"))
+		cfg.transport = SV_TRANSPORT_UDP;
+	else
+		return false;
+	return true;
+}
+
 static bool set_cm_retries(const char *v)
 {
 	unsigned long n;
@@ -229,6 +240,7 @@ static const struct setting settings[] = {
 	{ "assist", set_assist, "auto, off or force" },
 	{ "cm_timeout", set_cm_timeout, "1..31, the CM response timeout's exponent" },
 	{ "cm_retries", set_cm_retries, "0..15" },
+	{ "transport", set_transport, "auto or udp" },
 };
 
 /* `where` names the source for messages: a variable, or "file:line key". */
@@ -341,6 +353,10 @@ uint64_t sv_host_hash(void)
 		fclose(f);
 	for (const char *p = id; *p && *p != '\n'; p++)
 		h = (h ^ (uint8_t)*p) * 1099511628211ull;
+	/* Each network namespace is a host of its own: its own GUID and LID. */
+	uint64_t ns = sv_netns_id();
+	for (int i = 0; i < 8; i++)
+		h = (h ^ (uint8_t)(ns >> (8 * i))) * 1099511628211ull;
 	return h;
 }
 

@@ -323,9 +323,32 @@ static int init_region(int fd, struct stat *st)
 	return 0;
 }
 
-int sv_reg_open(void)
+/*
+ * A host is a network namespace (docs/architecture.md §3): processes in
+ * two namespaces are two hosts even where they share /dev/shm, so the
+ * namespace is part of the registry's name.
+ */
+uint64_t sv_netns_id(void)
+{
+	struct stat st;
+
+	return stat("/proc/self/ns/net", &st) ? 0 : (uint64_t)st.st_ino;
+}
+
+void sv_reg_name(char *buf, size_t len)
 {
 	const struct sv_config *c = sv_config();
+	unsigned long long ns = (unsigned long long)sv_netns_id();
+
+	if (c->registry[0])
+		snprintf(buf, len, "/dev/shm/%s.n%llu.v%u", c->registry, ns, SV_REGISTRY_VERSION);
+	else
+		snprintf(buf, len, "/dev/shm/softverbs-%u.n%llu.v%u.registry", (unsigned)getuid(), ns,
+			 SV_REGISTRY_VERSION);
+}
+
+int sv_reg_open(void)
+{
 	struct stat st;
 	int ret = 0;
 
@@ -334,11 +357,7 @@ int sv_reg_open(void)
 		goto out;
 	/* The layout version is part of the name: processes of two softverbs
 	 * versions cannot share a registry, and must not block each other. */
-	if (c->registry[0])
-		snprintf(reg_path, sizeof(reg_path), "/dev/shm/%s.v%u", c->registry, SV_REGISTRY_VERSION);
-	else
-		snprintf(reg_path, sizeof(reg_path), "/dev/shm/softverbs-%u.v%u.registry",
-			 (unsigned)getuid(), SV_REGISTRY_VERSION);
+	sv_reg_name(reg_path, sizeof(reg_path));
 	int fd = open(reg_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	if (fd < 0) {
 		ret = errno;

@@ -99,6 +99,8 @@ enum sv_result sv_deliver_wqe(struct sv_qp *qp, const struct sv_swqe *w, struct 
 /* Takes a receive WQE of t (RNR when there is none) and delivers into it. */
 enum sv_result sv_deliver_recv(struct sv_qp *qp, struct sv_swqe *w, struct sv_target *t,
 			       const struct iovec *liov, int nl, uint64_t len, bool data);
+/* Sets the header checksum of the 20-byte IPv4 header at ip (RFC 791). */
+void sv_ipv4_csum(uint8_t *ip);
 /* A failed process_vm_* call, as an outcome. */
 enum sv_result sv_copy_failed(int err, int32_t pid);
 /* Why the last WQE this thread executed failed, for explain mode. */
@@ -120,5 +122,103 @@ void *sv_swqe_inline(struct sv_qp *qp, struct sv_swqe *w);
 void sv_swqe_init(struct sv_qp *qp, struct sv_swqe *w, uint64_t wr_id, enum ibv_wr_opcode op,
 		  unsigned flags);
 bool sv_wr_opcode_ok(struct sv_qp *qp, enum ibv_wr_opcode op);
+
+/* ---- the packet engine (engine/pkt*.c) and the links it sends on ---- */
+
+/*
+ * A QP whose peer is on another host speaks IBA packets: the requester
+ * segments its WQEs and keeps RC reliable (IBA 9.7), the responder runs
+ * the checks above in this process against its own segment.  Packets go
+ * through a link, a transport that implements sv_link_ops (RoCEv2 over
+ * UDP: transport/udp); the engine includes no transport header.
+ */
+#include <netinet/in.h>
+
+/* The IP addresses and fields a packet travels with.  IPv4 addresses are
+ * IPv4-mapped IPv6 ones, as in a RoCEv2 GID. */
+struct sv_route {
+	struct in6_addr src, dst;
+	uint16_t sport;		/* received packets: the sender's UDP source port */
+	uint8_t tclass, ttl;
+	bool v4;
+};
+
+/* One packet as a link hands it up: BTH through pad, the ICRC checked and
+ * removed; route.src is the sender. */
+struct sv_link_pkt {
+	const uint8_t *buf;
+	size_t len;
+	struct sv_route route;
+};
+
+struct sv_link_ep;
+struct sv_link_ops {
+	const char *name;
+	/* The context's endpoint: from now on every packet for the
+	 * context's QPs is handed to sv_pkt_rx(). */
+	struct sv_link_ep *(*open)(struct sv_context *c, char *why, size_t len);
+	void (*close)(struct sv_link_ep *l);
+	/* A sending socket with a source port of its own (a QP's flow):
+	 * an fd, or -1 with the reason in why. */
+	int (*sock)(struct sv_link_ep *l, uint16_t *port, char *why, size_t len);
+	void (*sock_close)(struct sv_link_ep *l, int fd);
+	/* Sends pkt[0..n) (len bytes, BTH through pad); the link adds the
+	 * ICRC.  0 or an errno. */
+	int (*send)(struct sv_link_ep *l, int fd, const struct sv_route *r, const struct iovec *pkt,
+		    int n, size_t len);
+	/* Packets sent may wait in a batch until this; the payloads they
+	 * reference must stay valid until then. */
+	void (*flush)(struct sv_link_ep *l);
+	/* A thread polling a CQ drives reception: true if it received. */
+	bool (*poll)(struct sv_link_ep *l);
+	/* sv_pkt_tick() is wanted by when_ns (CLOCK_MONOTONIC). */
+	void (*want_tick)(struct sv_link_ep *l, uint64_t when_ns);
+};
+extern const struct sv_link_ops sv_link_udp;
+
+/* What a link calls.  Reception is serialised per context: a link takes
+ * sv_pkt_rx_lock() (wait false: a poller that finds it taken goes on),
+ * hands up a batch, and sv_pkt_rx_unlock() sends the ACKs it coalesced. */
+bool sv_pkt_rx_lock(struct sv_context *c, bool wait);
+void sv_pkt_rx(struct sv_context *c, const struct sv_link_pkt *p);
+void sv_pkt_rx_unlock(struct sv_context *c);
+/* Timers (retransmission, RNR waits): returns when it is next wanted, or
+ * 0 when no timer runs. */
+uint64_t sv_pkt_tick(struct sv_context *c, uint64_t now_ns);
+/* Whether packets for qpn are this context's to take (else the link
+ * hands them to the QPN's owner on this host). */
+bool sv_pkt_owns(struct sv_context *c, uint32_t qpn);
+
+/* What the verbs and the requester call (engine/pkt.c). */
+/* A QP entering RTR with attr: picks shm or packets for its peer; 0, or
+ * an errno with the reason in why. */
+int sv_pkt_qp_route(struct sv_qp *qp, const struct ibv_qp_attr *attr, int mask, char *why,
+		    size_t len);
+void sv_pkt_qp_detach(struct sv_qp *qp);	/* RESET, destroy */
+void sv_pkt_ctx_close(struct sv_context *c);
+void sv_pkt_poll(struct sv_context *c);	/* a CQ poller found nothing */
+/* Whether the address vector reaches another host; *why when it
+ * reaches nothing. */
+bool sv_route_remote(const struct sv_device *dev, const struct ibv_ah_attr *av,
+		     struct sv_route *r, const char **why);
+/* engine/pkt_req.c: a QP with a remote peer runs its send queue here. */
+int sv_pkt_sq_run(struct sv_qp *qp);
+/* The send queue was emptied (flush, RESET); the caller holds sq_lock. */
+void sv_pkt_sq_reset(struct sv_qp *qp);
+/* A UD message to another host: one packet, no response. */
+enum sv_result sv_pkt_ud_send(struct sv_qp *qp, struct sv_swqe *w, const struct iovec *liov,
+			      int nl, uint64_t len);
+
+/* engine/req.c, for the packet requester. */
+enum { SV_RUN_OK, SV_RUN_FAILED, SV_RUN_OVERRUN };
+enum sv_result sv_wqe_local_iov(struct sv_qp *qp, struct sv_swqe *w, bool write,
+				struct iovec *iov, int *n, uint64_t *len);
+enum sv_result sv_wqe_exec_local(struct sv_qp *qp, struct sv_swqe *w);
+bool sv_wqe_complete(struct sv_qp *qp, struct sv_swqe *w, enum ibv_wc_status status,
+		     uint64_t len);
+uint64_t sv_wqe_len(const struct sv_swqe *w);
+uint64_t sv_ack_timeout_ns(unsigned timeout);
+/* engine/resp.c: the target is a QP of this context (packets). */
+enum sv_result sv_resp_local(struct sv_context *c, uint32_t qpn, struct sv_target *t);
 
 #endif

@@ -109,7 +109,7 @@ uint64_t sv_rnr_delay_ns(unsigned code)
 }
 
 /* IBA 9.7.6.1.3: the local ACK timeout is 4.096 us * 2^timeout. */
-static uint64_t ack_timeout_ns(unsigned timeout)
+uint64_t sv_ack_timeout_ns(unsigned timeout)
 {
 	return 4096ull << (timeout > 31 ? 31 : timeout);
 }
@@ -313,7 +313,7 @@ enum sv_result sv_copy_failed(int err, int32_t pid)
 }
 
 /* The local side of a WQE: lkeys in this context, in the QP's PD. */
-static enum sv_result local_iov(struct sv_qp *qp, struct sv_swqe *w, bool write,
+enum sv_result sv_wqe_local_iov(struct sv_qp *qp, struct sv_swqe *w, bool write,
 				struct iovec *iov, int *n, uint64_t *len)
 {
 	*n = 0;
@@ -362,6 +362,19 @@ static enum sv_result local_iov(struct sv_qp *qp, struct sv_swqe *w, bool write,
 	return SV_R_OK;
 }
 
+void sv_ipv4_csum(uint8_t *ip)
+{
+	uint32_t sum = 0;
+
+	ip[10] = ip[11] = 0;
+	for (int i = 0; i < 20; i += 2)
+		sum += (uint32_t)(ip[i] << 8 | ip[i + 1]);
+	while (sum >> 16)
+		sum = (sum & 0xffff) + (sum >> 16);
+	ip[10] = (uint8_t)(~sum >> 8);
+	ip[11] = (uint8_t)~sum;
+}
+
 /* The 40 bytes that precede a UD message in the receive buffer: a GRH
  * (IBA 8.3), or for an IPv4-mapped RoCEv2 GID the IPv4 header in its last
  * 20 bytes, as RoCEv2 HCAs write it. */
@@ -386,13 +399,7 @@ static void build_grh(struct sv_qp *qp, const struct ibv_ah_attr *av, uint32_t l
 		ip[9] = 17;	/* UDP */
 		memcpy(ip + 12, &sgid.raw[12], 4);
 		memcpy(ip + 16, &d[12], 4);
-		uint32_t sum = 0;
-		for (int i = 0; i < 20; i += 2)
-			sum += (uint32_t)(ip[i] << 8 | ip[i + 1]);
-		while (sum >> 16)
-			sum = (sum & 0xffff) + (sum >> 16);
-		ip[10] = (uint8_t)(~sum >> 8);
-		ip[11] = (uint8_t)~sum;
+		sv_ipv4_csum(ip);
 		return;
 	}
 	struct ibv_grh *h = (struct ibv_grh *)g;
@@ -640,7 +647,7 @@ static enum sv_result send_mcast(struct sv_qp *qp, struct sv_swqe *w, struct iov
 
 /* BIND_MW and LOCAL_INV act on this context's own key table; their
  * failures are the requester's (rxe_do_local_ops). */
-static enum sv_result execute_local(struct sv_qp *qp, struct sv_swqe *w)
+enum sv_result sv_wqe_exec_local(struct sv_qp *qp, struct sv_swqe *w)
 {
 	if (w->opcode == IBV_WR_BIND_MW)
 		return sv_mw_exec_bind(qp, w->mw, w->rkey, &w->bind, sv_last_why, sizeof(sv_last_why)) ?
@@ -677,13 +684,23 @@ static enum sv_result execute_remote(struct sv_qp *qp, struct sv_swqe *w, struct
 	enum sv_result r;
 
 	/* A UD message fits one MTU (IBA 9.8.2). */
-	if (type == IBV_QPT_UD && len > (128u << sv_config()->active_mtu))
+	if (type == IBV_QPT_UD && len > (128u << sv_port_mtu(qp->ctx->dev)))
 		return SV_R_LOC_LEN;
 
 	if (type == IBV_QPT_RAW_PACKET)
 		return sv_raw_send(qp, w, liov, nl, len);
 	if (type == IBV_QPT_UD && w->remote_qpn == SV_MCAST_QPN)
 		return send_mcast(qp, w, liov, nl, len);
+	if (type == IBV_QPT_UD && qp->pq) {
+		struct sv_route rt;
+		const char *why = NULL;
+		if (sv_route_remote(qp->ctx->dev, &w->av, &rt, &why))
+			return sv_pkt_ud_send(qp, w, liov, nl, len);
+		if (why) {
+			snprintf(sv_last_why, sizeof(sv_last_why), "%s", why);
+			return SV_R_DROPPED;
+		}
+	}
 	uint32_t qpn = type == IBV_QPT_UD ? w->remote_qpn : qp->attr.dest_qp_num;
 	t.why[0] = 0;
 	r = sv_resp_find(qp, qpn, &t);
@@ -815,8 +832,8 @@ static enum sv_result execute(struct sv_qp *qp, struct sv_swqe *w)
 
 	sv_last_why[0] = 0;
 	if (wi->flags & F_LOCAL)
-		return execute_local(qp, w);
-	enum sv_result r = local_iov(qp, w, write, liov, &nl, &len);
+		return sv_wqe_exec_local(qp, w);
+	enum sv_result r = sv_wqe_local_iov(qp, w, write, liov, &nl, &len);
 	if (r != SV_R_OK)
 		return r;
 	if (len > SV_MAX_MSG_SZ)
@@ -843,7 +860,7 @@ static void responder_error(struct sv_qp *qp, struct sv_swqe *w, enum sv_result 
 }
 
 /* Returns false when the CQ overran. */
-static bool complete(struct sv_qp *qp, struct sv_swqe *w, enum ibv_wc_status status,
+bool sv_wqe_complete(struct sv_qp *qp, struct sv_swqe *w, enum ibv_wc_status status,
 		     uint64_t len)
 {
 	if (status == IBV_WC_SUCCESS && !(w->send_flags & IBV_SEND_SIGNALED) && !qp->sq_sig_all)
@@ -859,7 +876,7 @@ static bool complete(struct sv_qp *qp, struct sv_swqe *w, enum ibv_wc_status sta
 	return false;
 }
 
-static uint64_t wqe_len(struct sv_swqe *w)
+uint64_t sv_wqe_len(const struct sv_swqe *w)
 {
 	uint64_t len = w->inline_len;
 
@@ -867,8 +884,6 @@ static uint64_t wqe_len(struct sv_swqe *w)
 		len += w->sge[i].length;
 	return len;
 }
-
-enum { RUN_OK, RUN_FAILED, RUN_OVERRUN };
 
 /* Executes the send queue from its head; the caller holds sq_lock. */
 static int sq_run(struct sv_qp *qp)
@@ -916,7 +931,7 @@ static int sq_run(struct sv_qp *qp)
 				if (rnr && !sv_resp_find(qp, qp->attr.dest_qp_num, &t))
 					code = t.qp->min_rnr_timer;
 				w->rnr_deadline = sv_now_ns() + (rnr ? sv_rnr_delay_ns(code) :
-							 qp->attr.timeout ? ack_timeout_ns(qp->attr.timeout) :
+							 qp->attr.timeout ? sv_ack_timeout_ns(qp->attr.timeout) :
 							 UINT64_MAX / 2);
 				atomic_store_explicit(&qp->rnr_waiting, true, memory_order_relaxed);
 				sv_seg_ring(qp->ctx->seg.h);	/* the progress thread sets its timer */
@@ -932,28 +947,28 @@ static int sq_run(struct sv_qp *qp)
 			responder_error(qp, w, r);
 			failed = true;
 		}
-		if (!complete(qp, w, status, wqe_len(w)))
+		if (!sv_wqe_complete(qp, w, status, sv_wqe_len(w)))
 			failed = overrun = true;
 		if (qp->fin_n)
 			sv_tm_send_fins(qp);
 		qp->sq_head = (qp->sq_head + 1) % qp->sq_size;
 		qp->sq_count--;
 	}
-	return overrun ? RUN_OVERRUN : failed ? RUN_FAILED : RUN_OK;
+	return overrun ? SV_RUN_OVERRUN : failed ? SV_RUN_FAILED : SV_RUN_OK;
 }
 
 void sv_sq_run_unlock(struct sv_qp *qp)
 {
-	int run = sq_run(qp);
+	int run = qp->pq && qp->pq_remote ? sv_pkt_sq_run(qp) : sq_run(qp);
 
 	pthread_mutex_unlock(&qp->sq_lock);
 	/* IBA 11.6.3.1: a completion the CQ cannot take is a catastrophic
 	 * error of the QP too (as well as the CQ's CQ_ERR). */
-	if (run == RUN_OVERRUN)
+	if (run == SV_RUN_OVERRUN)
 		sv_qp_to_err(qp, IBV_EVENT_QP_FATAL);
 	/* C10-?? (10.8.3.3): an error completion takes the QP to ERR, and
 	 * every WQE behind it is flushed. */
-	else if (run == RUN_FAILED)
+	else if (run == SV_RUN_FAILED)
 		sv_qp_to_err(qp, -1);
 }
 
@@ -977,5 +992,7 @@ void sv_sq_flush(struct sv_qp *qp)
 		qp->sq_count--;
 	}
 	atomic_store_explicit(&qp->rnr_waiting, false, memory_order_relaxed);
+	if (qp->pq)
+		sv_pkt_sq_reset(qp);
 	pthread_mutex_unlock(&qp->sq_lock);
 }

@@ -38,6 +38,21 @@ static void set_mem(struct sv_target *t)
 	t->pid = t->mseg->pid;
 }
 
+/* The target QP qpn in t->seg, with its queues and memory. */
+static enum sv_result find_qp(struct sv_target *t, uint32_t qpn)
+{
+	t->qseg = t->seg;
+	t->qp = sv_seg_qp(t->seg, qpn);
+	if (!t->qp)
+		return SV_R_NO_RESPONSE;
+	t->rx = t->qp;
+	t->rcq_off = t->qp->rcq_off;
+	t->wq_off = t->qp->srq_off ? t->qp->srq_off : t->qp->rq_off;
+	t->wq_num = 0;
+	set_mem(t);
+	return SV_R_OK;
+}
+
 enum sv_result sv_resp_locate(struct sv_qp *qp, uint32_t qpn, struct sv_target *t)
 {
 	struct sv_reg_ep_info ep;
@@ -69,16 +84,7 @@ enum sv_result sv_resp_locate(struct sv_qp *qp, uint32_t qpn, struct sv_target *
 		return SV_R_NO_RESPONSE;
 	t->cache = &qp->map;
 	t->own = qp->ctx->seg.h;
-	t->qseg = t->seg;
-	t->qp = sv_seg_qp(t->seg, qpn);
-	if (!t->qp)
-		return SV_R_NO_RESPONSE;
-	t->rx = t->qp;
-	t->rcq_off = t->qp->rcq_off;
-	t->wq_off = t->qp->srq_off ? t->qp->srq_off : t->qp->rq_off;
-	t->wq_num = 0;
-	set_mem(t);
-	return SV_R_OK;
+	return find_qp(t, qpn);
 }
 
 /* C10-29: a QP receives only in RTR, RTS and SQD; packets for a QP in
@@ -408,4 +414,19 @@ int sv_resp_invalidate(struct sv_target *t, uint32_t rkey)
 	m->revoked_key = rkey;
 	m->revoked_ns = sv_now_ns();
 	return 0;
+}
+
+enum sv_result sv_resp_local(struct sv_context *c, uint32_t qpn, struct sv_target *t)
+{
+	/* The direct path is never taken into this process's own memory,
+	 * so the map cache is only a place for resp.c to look. */
+	static __thread struct sv_map_cache none;
+
+	t->why[0] = 0;
+	t->mapped = false;
+	t->seg = t->own = c->seg.h;
+	t->cache = &none;
+	if (find_qp(t, qpn) != SV_R_OK)
+		return SV_R_NO_RESPONSE;
+	return sv_resp_receiving(t->qp) ? SV_R_OK : SV_R_NO_RESPONSE;
 }

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "../sv.h"
+#include "../engine/engine.h"
 
 static void set_ops(struct sv_context *c)
 {
@@ -197,6 +198,7 @@ static void context_free(struct sv_context *c)
 
 	sv_progress_stop(c);
 	release_objects(ctx);
+	sv_pkt_ctx_close(c);	/* after its QPs left it */
 	sv_reg_ep_detach(c->ep);
 	sv_seg_register_local(c->seg.h, false);
 	sv_seg_destroy(&c->seg);

@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "../sv.h"
+#include "../engine/engine.h"
 
 /* ---- completion channels ---- */
 
@@ -174,6 +175,13 @@ static bool cq_empty(struct sv_cq *cq)
 {
 	if (cq_maybe_ready(cq))
 		return false;
+	/* A context that talks to other hosts receives here first, so a
+	 * polling application meets its packets without a thread wake-up. */
+	if (cq->ctx->pkt) {
+		sv_pkt_poll(cq->ctx);
+		if (cq_maybe_ready(cq))
+			return false;
+	}
 	const void *next = atomic_load_explicit(&cq->defer_next, memory_order_relaxed);
 
 	if (next)

@@ -17,6 +17,7 @@
 #include <net/if.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/ioctl.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -31,6 +32,8 @@ struct gid_slot {
 };
 
 static struct sv_device devices[SV_MAX_DEVICES];
+/* RoCE: the largest IB MTU every interface of the host carries. */
+static enum ibv_mtu link_mtu = IBV_MTU_4096;
 static struct gid_slot gids[SV_MAX_DEVICES][SV_GID_TBL_LEN];
 static int ndevices;
 static pthread_once_t dev_once = PTHREAD_ONCE_INIT;
@@ -60,6 +63,22 @@ static void fill_gids(struct sv_device *d)
 		g[n].type = IBV_GID_TYPE_ROCE_V2;
 		g[n].ifindex = if_nametoindex(i->ifa_name);
 		n++;
+		/* A RoCEv2 packet is the IB MTU plus IPv4, UDP, BTH, the
+		 * largest extension headers and the ICRC: rxe derives the
+		 * port's MTU from its netdev's the same way. */
+		struct ifreq ifr = { 0 };
+		int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+		snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", i->ifa_name);
+		if (fd >= 0 && !ioctl(fd, SIOCGIFMTU, &ifr)) {
+			int room = ifr.ifr_mtu - 20 - 8 - 12 - 28 - 4 - 4;
+			enum ibv_mtu m = IBV_MTU_256;
+			while (m < IBV_MTU_4096 && (128 << (m + 1)) <= room)
+				m++;
+			if (m < link_mtu)
+				link_mtu = m;
+		}
+		if (fd >= 0)
+			close(fd);
 	}
 	freeifaddrs(ifa);
 }
@@ -115,6 +134,14 @@ struct sv_device *sv_device_get(struct ibv_device *d)
 		if (d == &devices[i].ibdev)
 			return &devices[i];
 	return NULL;
+}
+
+enum ibv_mtu sv_port_mtu(const struct sv_device *dev)
+{
+	(void)dev;
+	ensure_devices();
+	return sv_config()->link == SV_LINK_ROCE && link_mtu < sv_config()->active_mtu ? link_mtu :
+	       sv_config()->active_mtu;
 }
 
 bool sv_port_needs_grh(const struct sv_device *dev)
@@ -202,7 +229,7 @@ void sv_port_attr(const struct sv_device *dev, struct ibv_port_attr *pa)
 	 * link taken down administratively, physically Disabled. */
 	pa->state = down ? IBV_PORT_DOWN : IBV_PORT_ACTIVE;
 	pa->max_mtu = SV_MAX_MTU;
-	pa->active_mtu = sv_config()->active_mtu;
+	pa->active_mtu = sv_port_mtu(dev);
 	pa->gid_tbl_len = SV_GID_TBL_LEN;
 	pa->port_cap_flags = IBV_PORT_CM_SUP;
 	pa->max_msg_sz = SV_MAX_MSG_SZ;

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "../sv.h"
+#include "../engine/engine.h"
 
 #define QP_INIT_KNOWN_MASK (IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD | \
 	IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_MAX_TSO_HEADER | \
@@ -505,6 +506,7 @@ static void enter_state(struct sv_qp *qp, enum ibv_qp_state cur, enum ibv_qp_sta
 		atomic_store_explicit(&qp->fins_due, 0, memory_order_relaxed);
 		atomic_store_explicit(&qp->rnr_waiting, false, memory_order_relaxed);
 		pthread_mutex_unlock(&qp->sq_lock);
+		sv_pkt_qp_detach(qp);	/* its packet state goes with its attributes */
 		if (qp->rq)
 			sv_rq_drain(qp->ctx->seg.h, qp->rq, NULL, 0);
 		/* Its completions still in the CQs go too, as mlx5 does
@@ -659,6 +661,13 @@ SV_EXPORT int ibv_modify_qp(struct ibv_qp *ib, struct ibv_qp_attr *attr, int mas
 			sv_qp_mask_str(ve.bit, bits, sizeof(bits)), ve.why);
 		goto out;
 	}
+	char pwhy[200];
+	ret = sv_pkt_qp_route(qp, attr, mask, pwhy, sizeof(pwhy));
+	if (ret) {
+		sv_fail(ret, "ibv_modify_qp", "qpn 0x%x %s->%s rejected: %s", ib->qp_num,
+			sv_qp_state_name(cur), sv_qp_state_name(next), pwhy);
+		goto out;
+	}
 	apply_attrs(qp, attr, mask);
 	enter_state(qp, cur, next, attr, mask);
 	sv_dbg("qpn 0x%x: %s -> %s", ib->qp_num, sv_qp_state_name(cur), sv_qp_state_name(next));
@@ -746,6 +755,7 @@ static void qp_free(struct sv_qp *qp)
 	/* Unpublish first: from here initiators find no QP. */
 	sv_seg_publish_qp(c->seg.h, ib->qp_num, 0);
 	atomic_store(&qp->sh->state, IBV_QPS_RESET);
+	sv_pkt_qp_detach(qp);
 	pthread_mutex_lock(&c->lock);
 	SV_LIST_DEL(&c->qps, qp);
 	pthread_mutex_unlock(&c->lock);

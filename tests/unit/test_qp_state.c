@@ -293,8 +293,12 @@ static void test_invalid_values(void **state)
 {
 	struct fix *f = *state;
 
-	/* The fixture runs with SOFTVERBS_MTU=2048 (see CMakeLists). */
-	assert_int_equal(f->port.active_mtu, IBV_MTU_2048);
+	/* The fixture runs with SOFTVERBS_MTU=2048 (see CMakeLists); in RoCE
+	 * mode an interface with a smaller MTU lowers the port's, as on rxe. */
+	if (f->port.link_layer == IBV_LINK_LAYER_ETHERNET)
+		assert_true(f->port.active_mtu <= IBV_MTU_2048);
+	else
+		assert_int_equal(f->port.active_mtu, IBV_MTU_2048);
 	for (size_t i = 0; i < sizeof(bad_values) / sizeof(bad_values[0]); i++) {
 		const struct bad_value *bv = &bad_values[i];
 		struct ibv_qp *qp = fix_qp(f, IBV_QPT_RC);

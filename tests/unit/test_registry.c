@@ -212,7 +212,7 @@ int main(void)
 		fprintf(stderr, "test_registry: set SOFTVERBS_REGISTRY to a private name\n");
 		return 1;
 	}
-	snprintf(path, sizeof(path), "/dev/shm/%s.v%u", name, SV_REGISTRY_VERSION);
+	sv_reg_name(path, sizeof(path));
 	unlink(path);
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_kill9_reclaim),

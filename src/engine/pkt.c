@@ -1,0 +1,619 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The packet engine's frame: which peers are on another host, a
+ * context's link and its QPs, and the dispatch of received packets to
+ * the requester (responses) and the responder (requests).
+ *
+ * A host is a network namespace (core/registry.c keys the registry by
+ * it).  A destination GID that is one of this namespace's addresses is
+ * on this host and goes by shm; any other goes by packets, unless
+ * SOFTVERBS_TRANSPORT=udp sends everything by packets.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pkt.h"
+
+/* IBA Table 35 and what each operation carries (9.2-9.3). */
+#define S (IBH_SEND | IBH_PAYLOAD | IBH_RECV)
+#define W (IBH_WRITE | IBH_PAYLOAD)
+#define R (IBH_READ | IBH_RESP | IBH_PAYLOAD)
+#define ALL (IBT_RC | IBT_UC | IBT_XRC)
+#define RCX (IBT_RC | IBT_XRC)
+const struct ib_opinfo ib_opinfo[IB_OP_COUNT] = {
+	[IB_OP_SEND_FIRST] = { "SEND_FIRST", S | IBH_FIRST, ALL },
+	[IB_OP_SEND_MIDDLE] = { "SEND_MIDDLE", S | IBH_MIDDLE, ALL },
+	[IB_OP_SEND_LAST] = { "SEND_LAST", S | IBH_LAST, ALL },
+	[IB_OP_SEND_LAST_IMM] = { "SEND_LAST_WITH_IMMEDIATE", S | IBH_LAST | IBH_IMM, ALL },
+	[IB_OP_SEND_ONLY] = { "SEND_ONLY", S | IBH_FIRST | IBH_LAST, ALL | IBT_UD },
+	[IB_OP_SEND_ONLY_IMM] = { "SEND_ONLY_WITH_IMMEDIATE", S | IBH_FIRST | IBH_LAST | IBH_IMM,
+				  ALL | IBT_UD },
+	[IB_OP_WRITE_FIRST] = { "RDMA_WRITE_FIRST", W | IBH_FIRST | IBH_RETH, ALL },
+	[IB_OP_WRITE_MIDDLE] = { "RDMA_WRITE_MIDDLE", W | IBH_MIDDLE, ALL },
+	[IB_OP_WRITE_LAST] = { "RDMA_WRITE_LAST", W | IBH_LAST, ALL },
+	[IB_OP_WRITE_LAST_IMM] = { "RDMA_WRITE_LAST_WITH_IMMEDIATE",
+				   W | IBH_LAST | IBH_IMM | IBH_RECV, ALL },
+	[IB_OP_WRITE_ONLY] = { "RDMA_WRITE_ONLY", W | IBH_FIRST | IBH_LAST | IBH_RETH, ALL },
+	[IB_OP_WRITE_ONLY_IMM] = { "RDMA_WRITE_ONLY_WITH_IMMEDIATE",
+				   W | IBH_FIRST | IBH_LAST | IBH_RETH | IBH_IMM | IBH_RECV, ALL },
+	[IB_OP_READ_REQ] = { "RDMA_READ_REQUEST", IBH_READ | IBH_FIRST | IBH_LAST | IBH_RETH, RCX },
+	[IB_OP_READ_RESP_FIRST] = { "RDMA_READ_RESPONSE_FIRST", R | IBH_FIRST | IBH_AETH, RCX },
+	[IB_OP_READ_RESP_MIDDLE] = { "RDMA_READ_RESPONSE_MIDDLE", R | IBH_MIDDLE, RCX },
+	[IB_OP_READ_RESP_LAST] = { "RDMA_READ_RESPONSE_LAST", R | IBH_LAST | IBH_AETH, RCX },
+	[IB_OP_READ_RESP_ONLY] = { "RDMA_READ_RESPONSE_ONLY", R | IBH_FIRST | IBH_LAST | IBH_AETH,
+				   RCX },
+	[IB_OP_ACK] = { "ACKNOWLEDGE", IBH_RESP | IBH_AETH | IBH_FIRST | IBH_LAST, RCX },
+	[IB_OP_ATOMIC_ACK] = { "ATOMIC_ACKNOWLEDGE",
+			       IBH_RESP | IBH_ATOMIC | IBH_AETH | IBH_ATMACK | IBH_FIRST | IBH_LAST,
+			       RCX },
+	[IB_OP_CMP_SWAP] = { "COMPARE_SWAP", IBH_ATOMIC | IBH_ATMETH | IBH_FIRST | IBH_LAST, RCX },
+	[IB_OP_FETCH_ADD] = { "FETCH_ADD", IBH_ATOMIC | IBH_ATMETH | IBH_FIRST | IBH_LAST, RCX },
+	[IB_OP_SEND_LAST_INV] = { "SEND_LAST_WITH_INVALIDATE", S | IBH_LAST | IBH_IETH, RCX },
+	[IB_OP_SEND_ONLY_INV] = { "SEND_ONLY_WITH_INVALIDATE", S | IBH_FIRST | IBH_LAST | IBH_IETH,
+				  RCX },
+	[IB_OP_ATOMIC_WRITE] = { "ATOMIC_WRITE",
+				 IBH_WRITE | IBH_WORD | IBH_PAYLOAD | IBH_FIRST | IBH_LAST | IBH_RETH,
+				 RCX },
+};
+#undef S
+#undef W
+#undef R
+#undef ALL
+#undef RCX
+
+unsigned ib_hdr_len(uint8_t opcode)
+{
+	uint32_t f = ib_opinfo[opcode & 0x1f].flags;
+	unsigned tr = opcode & 0xe0, n = 0;
+
+	if (tr == IB_TR_XRC && !(f & IBH_RESP))
+		n += sizeof(struct ib_xrceth);
+	if (tr == IB_TR_UD)
+		n += sizeof(struct ib_deth);
+	if (f & IBH_RETH)
+		n += sizeof(struct ib_reth);
+	if (f & IBH_ATMETH)
+		n += sizeof(struct ib_atmeth);
+	if (f & IBH_AETH)
+		n += sizeof(struct ib_aeth);
+	if (f & IBH_ATMACK)
+		n += sizeof(struct ib_atmack);
+	if (f & (IBH_IMM | IBH_IETH))
+		n += 4;
+	return n;
+}
+
+const char *ib_opcode_name(uint8_t opcode)
+{
+	const char *n = ib_opinfo[opcode & 0x1f].name;
+
+	return n ? n : "reserved";
+}
+
+/* ---- routes ---- */
+
+static bool v4_mapped(const uint8_t *g)
+{
+	return !memcmp(g, "\0\0\0\0\0\0\0\0\0\0\xff\xff", 12);
+}
+
+static void route_v4(struct in6_addr *a, uint32_t be_addr)
+{
+	memset(a, 0, sizeof(*a));
+	a->s6_addr[10] = a->s6_addr[11] = 0xff;
+	memcpy(&a->s6_addr[12], &be_addr, 4);
+}
+
+/* The source address the kernel would pick for dst. */
+static bool probe_src(struct sv_route *r)
+{
+	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons(SV_ROCE_PORT) };
+	socklen_t sl = sizeof(sin);
+	bool ok = false;
+
+	if (fd < 0)
+		return false;
+	memcpy(&sin.sin_addr, &r->dst.s6_addr[12], 4);
+	if (!connect(fd, (struct sockaddr *)&sin, sizeof(sin)) &&
+	    !getsockname(fd, (struct sockaddr *)&sin, &sl)) {
+		route_v4(&r->src, sin.sin_addr.s_addr);
+		ok = true;
+	}
+	close(fd);
+	return ok;
+}
+
+bool sv_route_remote(const struct sv_device *dev, const struct ibv_ah_attr *av,
+		     struct sv_route *r, const char **why)
+{
+	static __thread char buf[160];
+	bool forced = sv_config()->transport == SV_TRANSPORT_UDP;
+
+	*why = NULL;
+	memset(r, 0, sizeof(*r));
+	r->ttl = 64;
+	if (sv_config()->link == SV_LINK_IB) {
+		bool here = av->dlid == sv_reg_lid(dev->index) || av->dlid >= 0xc000;
+		if (!here) {
+			snprintf(buf, sizeof(buf), "dlid 0x%x is not on this host (its LID is 0x%x); "
+				 "across hosts softverbs speaks RoCEv2: set SOFTVERBS_LINK_LAYER=roce "
+				 "and use GIDs", av->dlid, sv_reg_lid(dev->index));
+			*why = buf;
+			return false;
+		}
+		if (!forced)
+			return false;
+		/* Forced packets on one IB host travel over loopback. */
+		route_v4(&r->dst, htonl(INADDR_LOOPBACK));
+		r->src = r->dst;
+		r->v4 = true;
+		return true;
+	}
+	if (!av->is_global)
+		return false;	/* RoCE needs a GRH; ah.c has said so */
+	const uint8_t *d = av->grh.dgid.raw;
+	bool here = sv_gid_find(dev, &av->grh.dgid) >= 0 || (v4_mapped(d) && d[12] == 127);
+	if (here && !forced)
+		return false;
+	if (here && !v4_mapped(d)) {
+		/* Forced packets to a GID of this host that is no IPv4
+		 * address (the link-local GID 0) travel over loopback. */
+		route_v4(&r->dst, htonl(INADDR_LOOPBACK));
+		r->src = r->dst;
+		r->v4 = true;
+		r->tclass = av->grh.traffic_class;
+		return true;
+	}
+	if (!v4_mapped(d)) {
+		snprintf(buf, sizeof(buf), "dgid is not an IPv4-mapped RoCEv2 GID; softverbs "
+			 "reaches other hosts over IPv4 only");
+		*why = buf;
+		return false;
+	}
+	memcpy(&r->dst, d, 16);
+	r->v4 = true;
+	r->tclass = av->grh.traffic_class;
+	r->ttl = av->grh.hop_limit ? av->grh.hop_limit : 64;
+	union ibv_gid sgid;
+	if (sv_gid_entry(dev, av->grh.sgid_index, &sgid, NULL) && v4_mapped(sgid.raw))
+		memcpy(&r->src, sgid.raw, 16);
+	else if (!probe_src(r)) {
+		snprintf(buf, sizeof(buf), "no route from this host to %u.%u.%u.%u", d[12], d[13],
+			 d[14], d[15]);
+		*why = buf;
+		return false;
+	}
+	return true;
+}
+
+/* ---- a context's packet state ---- */
+
+static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static struct pkt_ctx *ctx_open(struct sv_context *c, char *why, size_t len)
+{
+	pthread_mutex_lock(&open_lock);
+	struct pkt_ctx *pc = c->pkt;
+
+	if (pc) {
+		pthread_mutex_unlock(&open_lock);
+		return pc;
+	}
+	pc = calloc(1, sizeof(*pc));
+	if (!pc) {
+		pthread_mutex_unlock(&open_lock);
+		snprintf(why, len, "out of memory");
+		return NULL;
+	}
+	pc->ctx = c;
+	pc->ops = &sv_link_udp;
+	pthread_mutex_init(&pc->rx_lock, NULL);
+	pthread_mutex_init(&pc->qps_lock, NULL);
+	/* Published before the link starts: its thread reads c->pkt. */
+	c->pkt = pc;
+	pc->link = pc->ops->open(c, why, len);
+	if (!pc->link) {
+		c->pkt = NULL;
+		pthread_mutex_destroy(&pc->rx_lock);
+		pthread_mutex_destroy(&pc->qps_lock);
+		free(pc);
+		pc = NULL;
+	}
+	pthread_mutex_unlock(&open_lock);
+	return pc;
+}
+
+static void unhash(struct pkt_ctx *pc, struct pkt_qp *q)
+{
+	for (struct pkt_qp **p = &pc->hash[q->qpn % PKT_HASH]; *p; p = &(*p)->hnext)
+		if (*p == q) {
+			*p = q->hnext;
+			break;
+		}
+	for (struct pkt_qp **p = &pc->acks; *p; p = &(*p)->ack_next)
+		if (*p == q) {
+			*p = q->ack_next;
+			break;
+		}
+}
+
+static void free_pq(struct pkt_ctx *pc, struct pkt_qp *q)
+{
+	pc->ops->sock_close(pc->link, q->fd);
+	free(q);
+}
+
+static bool tombs(struct pkt_ctx *pc)
+{
+	for (unsigned i = 0; i < PKT_HASH; i++)
+		for (struct pkt_qp *q = pc->hash[i]; q; q = q->hnext)
+			if (q->dead)
+				return true;
+	return false;
+}
+
+void sv_pkt_ctx_close(struct sv_context *c)
+{
+	struct pkt_ctx *pc = c->pkt;
+
+	if (!pc)
+		return;
+	/* Tombstones answer retransmissions while the link still runs. */
+	for (int i = 0; i < 200; i++) {
+		pthread_mutex_lock(&pc->rx_lock);
+		bool any = tombs(pc);
+		pthread_mutex_unlock(&pc->rx_lock);
+		if (!any)
+			break;
+		struct timespec ts = { 0, 5000000 };
+		nanosleep(&ts, NULL);
+	}
+	pc->ops->close(pc->link);
+	for (unsigned i = 0; i < PKT_HASH; i++)
+		while (pc->hash[i]) {
+			struct pkt_qp *q = pc->hash[i];
+			pc->hash[i] = q->hnext;
+			free_pq(pc, q);	/* tombstones past the wait */
+		}
+	c->pkt = NULL;
+	pthread_mutex_destroy(&pc->rx_lock);
+	pthread_mutex_destroy(&pc->qps_lock);
+	free(pc);
+}
+
+bool sv_pkt_owns(struct sv_context *c, uint32_t qpn)
+{
+	struct pkt_ctx *pc = c->pkt;
+
+	return pc && sv_seg_qp(c->seg.h, qpn) != NULL;
+}
+
+static struct pkt_qp *qp_attach(struct sv_qp *qp, char *why, size_t len)
+{
+	if (qp->pq)
+		return qp->pq;
+	struct pkt_ctx *pc = ctx_open(qp->ctx, why, len);
+	if (!pc)
+		return NULL;
+	struct pkt_qp *q = calloc(1, sizeof(*q));
+	if (!q) {
+		snprintf(why, len, "out of memory");
+		return NULL;
+	}
+	q->qp = qp;
+	q->pc = pc;
+	q->qpn = qp->ex.qp_base.qp_num;
+	enum ibv_qp_type t = qp->ex.qp_base.qp_type;
+	q->tr = t == IBV_QPT_UC ? IB_TR_UC : t == IBV_QPT_UD ? IB_TR_UD :
+		t == IBV_QPT_XRC_SEND || t == IBV_QPT_XRC_RECV ? IB_TR_XRC : IB_TR_RC;
+	q->fd = pc->ops->sock(pc->link, &q->sport, why, len);
+	if (q->fd < 0) {
+		free(q);
+		return NULL;
+	}
+	pthread_mutex_lock(&pc->rx_lock);
+	q->hnext = pc->hash[q->qpn % PKT_HASH];
+	pc->hash[q->qpn % PKT_HASH] = q;
+	pthread_mutex_unlock(&pc->rx_lock);
+	qp->pq = q;
+	return q;
+}
+
+/*
+ * A destroyed QP that received requests lately lingers as a tombstone,
+ * answering its peer's retransmissions of what it had acknowledged: the
+ * last ACK may have been lost, and the peer would end in
+ * IBV_WC_RETRY_EXC_ERR against a QP that did all it was asked
+ * (ibv_rc_pingpong's server and client each exit as soon as their own
+ * last completion arrives).  It lasts 1.5 ACK timeouts after the last
+ * request it saw, the peer's retry period when both ends use the same
+ * timeout, as TCP's TIME-WAIT outlives a closed connection.  A closing
+ * context waits for its tombstones (sv_pkt_ctx_close), at most 1 s.
+ */
+static bool entomb(struct pkt_qp *q)
+{
+	struct sv_qp *qp = q->qp;
+	enum ibv_qp_type t = qp->ex.qp_base.qp_type;
+	uint64_t now = sv_now_ns();
+
+	if ((t != IBV_QPT_RC && t != IBV_QPT_XRC_SEND && t != IBV_QPT_XRC_RECV) || !q->last_rx)
+		return false;
+	q->linger_ns = qp->attr.timeout ? sv_ack_timeout_ns(qp->attr.timeout) * 3 / 2 : 100000000ull;
+	if (q->linger_ns > 1000000000ull)
+		q->linger_ns = 1000000000ull;
+	if (now - q->last_rx >= q->linger_ns)
+		return false;
+	q->linger_until = q->last_rx + q->linger_ns;
+	q->dead = true;
+	q->qp = NULL;
+	q->pc->ops->want_tick(q->pc->link, q->linger_until);
+	return true;
+}
+
+void sv_pkt_qp_detach(struct sv_qp *qp)
+{
+	struct pkt_qp *q = qp->pq;
+
+	if (!q)
+		return;
+	struct pkt_ctx *pc = q->pc;
+	sv_dbg("qpn 0x%x packets: %llu out, %llu in, %llu rewinds, %llu sequence NAKs, %llu RNR NAKs, "
+	       "%llu duplicates, %llu dropped", q->qpn, (unsigned long long)atomic_load(&q->tx_pkts),
+	       (unsigned long long)atomic_load(&q->rx_pkts), (unsigned long long)atomic_load(&q->retrans),
+	       (unsigned long long)atomic_load(&q->naks_seq), (unsigned long long)atomic_load(&q->rnr_naks),
+	       (unsigned long long)atomic_load(&q->dups), (unsigned long long)atomic_load(&q->drops));
+	/* Under rx_lock, which every reception and tick holds: once it is
+	 * out of the hash, or a tombstone, nothing of the link's reaches
+	 * the QP. */
+	pthread_mutex_lock(&pc->rx_lock);
+	pthread_mutex_lock(&qp->sq_lock);
+	qp->pq = NULL;
+	qp->pq_remote = false;
+	pthread_mutex_unlock(&qp->sq_lock);
+	bool kept = entomb(q);
+	if (!kept)
+		unhash(pc, q);
+	pthread_mutex_unlock(&pc->rx_lock);
+	if (!kept)
+		free_pq(pc, q);
+}
+
+static uint32_t mtu_bytes(enum ibv_mtu m)
+{
+	return m >= IBV_MTU_256 && m <= IBV_MTU_4096 ? 128u << m : 1024u;
+}
+
+int sv_pkt_qp_route(struct sv_qp *qp, const struct ibv_qp_attr *a, int mask, char *why,
+		    size_t len)
+{
+	enum ibv_qp_type type = qp->ex.qp_base.qp_type;
+	enum ibv_qp_state next = a->qp_state;
+	bool roce = sv_config()->link == SV_LINK_ROCE ||
+		    sv_config()->transport == SV_TRANSPORT_UDP;
+
+	if (!(mask & IBV_QP_STATE))
+		return 0;
+	if (next == IBV_QPS_RTS && qp->pq && qp->pq_remote) {
+		/* The requester starts at sq_psn (IBA 9.7.1). */
+		struct pkt_qp *q = qp->pq;
+		pthread_mutex_lock(&qp->sq_lock);
+		uint32_t psn = (mask & IBV_QP_SQ_PSN ? a->sq_psn : qp->attr.sq_psn) & SV_PSN_MASK;
+		if (qp->ex.qp_base.state == IBV_QPS_RTR) {
+			q->npsn = q->una = psn;
+			q->nassigned = q->tx_w = q->tx_pkt = 0;
+		}
+		unsigned rd = mask & IBV_QP_MAX_QP_RD_ATOMIC ? a->max_rd_atomic :
+			      qp->attr.max_rd_atomic;
+		q->max_rd = rd ? rd : 1;
+		q->retry_left = mask & IBV_QP_RETRY_CNT ? a->retry_cnt : qp->attr.retry_cnt;
+		unsigned rnr = mask & IBV_QP_RNR_RETRY ? a->rnr_retry : qp->attr.rnr_retry;
+		q->rnr_left = rnr == 7 ? -1 : (int)rnr;
+		pthread_mutex_unlock(&qp->sq_lock);
+		return 0;
+	}
+	if (next != IBV_QPS_RTR || qp->ex.qp_base.state != IBV_QPS_INIT)
+		return 0;
+	if (type == IBV_QPT_UD || type == IBV_QPT_XRC_RECV) {
+		/* Anyone may send to these: receive packets too when another
+		 * host could reach this one.  Not fatal: shm works without. */
+		if (roce && !qp_attach(qp, why, len))
+			sv_explain("modify_qp", "qpn 0x%x receives from this host only: %s",
+				   qp->ex.qp_base.qp_num, why);
+		if (type == IBV_QPT_UD || !qp->pq)
+			return 0;
+	}
+	if (type != IBV_QPT_RC && type != IBV_QPT_UC && type != IBV_QPT_XRC_SEND &&
+	    type != IBV_QPT_XRC_RECV)
+		return 0;
+	const struct ibv_ah_attr *av = mask & IBV_QP_AV ? &a->ah_attr : &qp->attr.ah_attr;
+	struct sv_route r;
+	const char *bad;
+	if (!sv_route_remote(qp->ctx->dev, av, &r, &bad)) {
+		if (bad && type != IBV_QPT_XRC_RECV) {
+			snprintf(why, len, "%s", bad);
+			return EINVAL;
+		}
+		if (type != IBV_QPT_XRC_RECV)
+			sv_pkt_qp_detach(qp);
+		return 0;
+	}
+	struct pkt_qp *q = qp_attach(qp, why, len);
+	if (!q)
+		return EADDRNOTAVAIL;
+	pthread_mutex_lock(&q->pc->rx_lock);
+	q->peer = r;
+	/* No packet larger than the link carries: the path MTU, within the
+	 * port's (an interface's MTU, sv_port_mtu). */
+	q->mtu = mtu_bytes(mask & IBV_QP_PATH_MTU ? a->path_mtu : qp->attr.path_mtu);
+	if (q->mtu > mtu_bytes(sv_port_mtu(qp->ctx->dev)))
+		q->mtu = mtu_bytes(sv_port_mtu(qp->ctx->dev));
+	q->dest_qpn = (mask & IBV_QP_DEST_QPN ? a->dest_qp_num : qp->attr.dest_qp_num) &
+		      SV_QPN_MASK;
+	q->epsn = (mask & IBV_QP_RQ_PSN ? a->rq_psn : qp->attr.rq_psn) & SV_PSN_MASK;
+	q->msn = 0;
+	pkt_resp_reset(q);
+	pthread_mutex_unlock(&q->pc->rx_lock);
+	pthread_mutex_lock(&qp->sq_lock);
+	qp->pq_remote = type != IBV_QPT_XRC_RECV;
+	pthread_mutex_unlock(&qp->sq_lock);
+	return 0;
+}
+
+void sv_pkt_poll(struct sv_context *c)
+{
+	struct pkt_ctx *pc = c->pkt;
+
+	if (pc)
+		pc->ops->poll(pc->link);
+}
+
+/* ---- sending ---- */
+
+int pkt_send(struct pkt_qp *q, const struct sv_route *r, const void *hdr, size_t hlen,
+	     const struct iovec *payload, int np, size_t plen)
+{
+	struct iovec iov[SV_MAX_SGE + 3];
+	static const uint8_t zero[4];
+	unsigned pad = (unsigned)(-plen & 3);
+	int n = 0;
+
+	iov[n++] = (struct iovec){ (void *)hdr, hlen };
+	for (int i = 0; i < np; i++)
+		if (payload[i].iov_len)
+			iov[n++] = payload[i];
+	if (pad)
+		iov[n++] = (struct iovec){ (void *)zero, pad };
+	/* A pulled cable (softverbs port DEV/1 down) carries nothing: RC
+	 * work times out and retries as on a real port (C9-140). */
+	if (SV_PORT_DOWN(sv_reg_port(q->pc->ctx->dev->index)))
+		return 0;
+	struct sv_route rt = *r;
+	rt.sport = q->sport;
+	PKT_COUNT(q, tx_pkts);
+	return q->pc->ops->send(q->pc->link, q->fd, &rt, iov, n, hlen + plen + pad);
+}
+
+/* ---- reception ---- */
+
+bool sv_pkt_rx_lock(struct sv_context *c, bool wait)
+{
+	struct pkt_ctx *pc = c->pkt;
+
+	if (!pc)
+		return false;
+	if (wait) {
+		pthread_mutex_lock(&pc->rx_lock);
+		return true;
+	}
+	return !pthread_mutex_trylock(&pc->rx_lock);
+}
+
+void sv_pkt_rx_unlock(struct sv_context *c)
+{
+	struct pkt_ctx *pc = c->pkt;
+
+	/* Coalesced ACKs: one per QP per batch (IBA 9.7.5.1.1 lets a
+	 * responder acknowledge several packets with one ACK). */
+	while (pc->acks) {
+		struct pkt_qp *q = pc->acks;
+		pc->acks = q->ack_next;
+		q->ack_next = NULL;
+		if (q->ack_due)
+			pkt_resp_ack(q);
+	}
+	pc->ops->flush(pc->link);
+	pthread_mutex_unlock(&pc->rx_lock);
+}
+
+static bool same_addr(const struct sv_route *a, const struct in6_addr *b)
+{
+	return !memcmp(&a->dst, b, sizeof(*b));
+}
+
+/* C9-?? (IBA 9.6.1.?): a packet's opcode must belong to the QP's
+ * transport: an RC packet for a UC QP and the like are dropped. */
+static bool transport_ok(enum ibv_qp_type t, unsigned tr)
+{
+	switch (t) {
+	case IBV_QPT_RC: return tr == IB_TR_RC;
+	case IBV_QPT_UC: return tr == IB_TR_UC;
+	case IBV_QPT_UD: return tr == IB_TR_UD;
+	case IBV_QPT_XRC_SEND: case IBV_QPT_XRC_RECV: return tr == IB_TR_XRC;
+	default: return false;
+	}
+}
+
+void sv_pkt_rx(struct sv_context *c, const struct sv_link_pkt *p)
+{
+	struct pkt_ctx *pc = c->pkt;
+	const struct ib_bth *bth = (const struct ib_bth *)p->buf;
+
+	if (SV_PORT_DOWN(sv_reg_port(c->dev->index)))
+		return;	/* nothing arrives through a port that is down */
+	/* Header checks (IBA 9.6.1.1): room for BTH, a known opcode of a
+	 * known transport, TVer 0, and room for its headers and pad. */
+	if (p->len < sizeof(*bth) || bth_tver(bth) != 0 ||
+	    !ib_opinfo[bth_op(bth)].name ||
+	    !(ib_opinfo[bth_op(bth)].types & IBT(bth_tr(bth))) ||
+	    p->len < sizeof(*bth) + ib_hdr_len(bth->opcode) + bth_pad(bth)) {
+		atomic_fetch_add_explicit(&pc->drop_bad_hdr, 1, memory_order_relaxed);
+		return;
+	}
+	struct pkt_qp *q = pkt_lookup(pc, bth_qpn(bth));
+	if (q && q->dead) {
+		if (same_addr(&q->peer, &p->route.src) && bth_tr(bth) == q->tr &&
+		    !(ib_opinfo[bth_op(bth)].flags & IBH_RESP))
+			pkt_resp_tomb(q, bth);
+		return;
+	}
+	if (!q || !transport_ok(q->qp->ex.qp_base.qp_type, bth_tr(bth))) {
+		atomic_fetch_add_explicit(&pc->drop_unknown_qpn, 1, memory_order_relaxed);
+		return;
+	}
+	/* A connected QP takes packets from its peer's address only
+	 * (IBA 9.6.1.5.?: the source must match the QP's destination). */
+	if (q->qp->ex.qp_base.qp_type != IBV_QPT_UD && !same_addr(&q->peer, &p->route.src)) {
+		atomic_fetch_add_explicit(&pc->drop_bad_src, 1, memory_order_relaxed);
+		return;
+	}
+	PKT_COUNT(q, rx_pkts);
+	if (ib_opinfo[bth_op(bth)].flags & IBH_RESP)
+		pkt_req_rx(q, bth, p);
+	else
+		pkt_resp_rx(q, bth, p);
+}
+
+uint64_t sv_pkt_tick(struct sv_context *c, uint64_t now)
+{
+	struct pkt_ctx *pc = c->pkt;
+	uint64_t next = 0;
+
+	if (!pc)
+		return 0;
+	pthread_mutex_lock(&pc->rx_lock);
+	for (unsigned i = 0; i < PKT_HASH; i++)
+		for (struct pkt_qp *q = pc->hash[i], *nx; q; q = nx) {
+			nx = q->hnext;
+			if (q->dead) {
+				if (now >= q->linger_until) {
+					unhash(pc, q);
+					free_pq(pc, q);
+				} else if (!next || q->linger_until < next) {
+					next = q->linger_until;
+				}
+				continue;
+			}
+			uint64_t t = pkt_req_tick(q, now);
+			if (t && (!next || t < next))
+				next = t;
+		}
+	sv_pkt_rx_unlock(c);
+	return next;
+}

@@ -1,0 +1,155 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The packet engine's state: what a context and a QP keep to talk IBA
+ * packets with other hosts.  Private to engine/pkt*.c.
+ */
+#ifndef SV_PKT_H
+#define SV_PKT_H
+
+#include "engine.h"
+#include "ibhdr.h"
+
+/* Bytes in flight per QP, and how often a long message asks for an
+ * ACK: the window must fit the peer's socket buffer (4 MiB asked for,
+ * transport/udp), where a packet takes its size plus about 1 KiB of
+ * kernel overhead. */
+#define PKT_WINDOW_BYTES	(1u << 20)
+#define PKT_WINDOW_MAX		512u
+#define PKT_ACKREQ_EVERY	64u
+/* A READ is asked for in requests of at most this many response
+ * packets, each its own request on the wire, so that no responder
+ * bursts more than a window at its requester. */
+#define PKT_READ_CHUNK		64u
+/* Atomic results kept for duplicates (IBA 9.7.5.3.2: a responder
+ * answers a repeated atomic from its record, never executing it twice). */
+#define PKT_ATOMIC_RES		16u
+#define PKT_HASH		256u
+#define PKT_HDR_MAX		64u
+
+enum pkt_wqe_state { PW_NEW, PW_SENT, PW_DONE, PW_ERROR };
+
+struct pkt_ctx;
+
+struct pkt_qp {
+	struct sv_qp *qp;
+	struct pkt_ctx *pc;
+	uint32_t qpn;
+	struct pkt_qp *hnext;		/* pc->hash chain, under pc->rx_lock */
+	int fd;				/* the sending socket */
+	uint16_t sport;			/* its port: the QP's UDP source port */
+	struct sv_route peer;		/* RC, UC, XRC: the destination */
+	uint32_t mtu;			/* path_mtu in bytes */
+	uint32_t dest_qpn;
+	uint8_t tr;			/* its opcodes' transport (IB_TR_*) */
+	/* A destroyed RC QP lingers (qp NULL): it acknowledges its peer's
+	 * retransmissions of what it already received, until linger_until. */
+	bool dead;
+	uint64_t last_rx, linger_until, linger_ns;
+
+	/* ---- requester: under qp->sq_lock ---- */
+	uint32_t npsn;			/* the next PSN a new WQE takes */
+	uint32_t una;			/* the oldest PSN not acknowledged */
+	uint32_t nassigned;		/* WQEs from sq_head that have PSNs */
+	uint32_t tx_w, tx_pkt;		/* the next packet to send: WQE from sq_head, packet in it */
+	uint32_t max_rd;		/* max_rd_atomic, at least 1 */
+	int retry_left, rnr_left;	/* reset whenever the peer makes progress */
+	uint64_t deadline;		/* retransmission timer, 0 when idle */
+	uint64_t rnr_until;		/* an RNR NAK's wait, 0 when none */
+	uint32_t rewound;		/* the PSN last rewound to on a gap (one rewind per gap) */
+	bool rewind_valid;
+
+	/* ---- responder: under pc->rx_lock ---- */
+	uint32_t epsn;			/* the next PSN expected */
+	uint32_t msn;
+	bool nak_sent;			/* a sequence NAK for epsn is out */
+	bool ack_due;
+	uint32_t ack_psn;		/* the PSN the coalesced ACK acknowledges */
+	bool acked;			/* this packet's ACK has left already */
+	struct pkt_qp *ack_next;	/* pc->acks, this batch */
+	uint32_t cur;			/* IBH_SEND or IBH_WRITE while a message is under way */
+	bool have_wqe;
+	union {
+		struct shm_rwqe w;
+		char buf[sizeof(struct shm_rwqe) + SV_MAX_SGE * sizeof(struct ibv_sge)];
+	} rwqe;
+	uint64_t off;			/* bytes of the message placed */
+	uint64_t wva;			/* WRITE: where the next byte goes */
+	uint32_t wrkey;
+	uint64_t wleft;			/* WRITE: bytes the RETH announced that are still to come */
+	uint32_t srqn;			/* XRC: the SRQ of the message under way */
+	struct pkt_atomic_res {
+		uint32_t psn;
+		bool valid;
+		uint64_t orig;
+	} ares[PKT_ATOMIC_RES];
+	unsigned ares_next;
+	/* Statistics (status, tests): relaxed counters, bumped by the
+	 * requester and the responder alike. */
+	_Atomic uint64_t tx_pkts, rx_pkts, retrans, naks_seq, rnr_naks, dups, drops;
+};
+
+struct pkt_ctx {
+	struct sv_context *ctx;
+	const struct sv_link_ops *ops;
+	struct sv_link_ep *link;
+	pthread_mutex_t rx_lock;	/* reception, the hash, the responders */
+	pthread_mutex_t qps_lock;	/* `all`: the QPs whose timers run */
+	struct pkt_qp *hash[PKT_HASH];
+	struct pkt_qp *acks;		/* QPs owing an ACK at the end of this batch */
+	struct pkt_qp **all;
+	uint32_t nall, cap;
+	/* Drops of packets that reached no QP, or failed a check before one. */
+	_Atomic uint64_t drop_unknown_qpn, drop_bad_hdr, drop_bad_src;
+};
+
+static inline struct pkt_qp *pkt_lookup(struct pkt_ctx *pc, uint32_t qpn)
+{
+	struct pkt_qp *q = pc->hash[qpn % PKT_HASH];
+
+	while (q && q->qpn != qpn)
+		q = q->hnext;
+	return q;
+}
+
+/* pkt.c */
+/*
+ * The device's copies into and out of registered memory are DMA: ordered
+ * for the application only by the completion it polls, or by what the two
+ * ends agree on out of band.  ThreadSanitizer cannot see that order, and
+ * its history cannot hold the stack of a 64 MiB copy for the suppression
+ * file (tests/tsan.supp) to match, so the packet engine's copies are
+ * marked where they are made.
+ */
+#if defined(__SANITIZE_THREAD__)
+void AnnotateIgnoreReadsBegin(const char *file, int line);
+void AnnotateIgnoreReadsEnd(const char *file, int line);
+void AnnotateIgnoreWritesBegin(const char *file, int line);
+void AnnotateIgnoreWritesEnd(const char *file, int line);
+#define PKT_DMA_BEGIN()	(AnnotateIgnoreReadsBegin(__FILE__, __LINE__), \
+			 AnnotateIgnoreWritesBegin(__FILE__, __LINE__))
+#define PKT_DMA_END()	(AnnotateIgnoreWritesEnd(__FILE__, __LINE__), \
+			 AnnotateIgnoreReadsEnd(__FILE__, __LINE__))
+#else
+#define PKT_DMA_BEGIN()	((void)0)
+#define PKT_DMA_END()	((void)0)
+#endif
+
+#define PKT_COUNT(q, field) atomic_fetch_add_explicit(&(q)->field, 1, memory_order_relaxed)
+
+static inline void pkt_flush(struct pkt_qp *q)
+{
+	q->pc->ops->flush(q->pc->link);
+}
+int pkt_send(struct pkt_qp *q, const struct sv_route *r, const void *hdr, size_t hlen,
+	     const struct iovec *payload, int np, size_t plen);
+/* pkt_resp.c: a request packet for q (the caller holds rx_lock). */
+void pkt_resp_rx(struct pkt_qp *q, const struct ib_bth *bth, const struct sv_link_pkt *p);
+void pkt_resp_ack(struct pkt_qp *q);
+void pkt_resp_reset(struct pkt_qp *q);
+/* A request for a tombstone (q->dead). */
+void pkt_resp_tomb(struct pkt_qp *q, const struct ib_bth *bth);
+/* pkt_req.c: a response packet for q. */
+void pkt_req_rx(struct pkt_qp *q, const struct ib_bth *bth, const struct sv_link_pkt *p);
+uint64_t pkt_req_tick(struct pkt_qp *q, uint64_t now);
+
+#endif

@@ -1,0 +1,734 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The packet requester: a send queue whose peer is on another host.
+ *
+ * Each WQE takes a run of PSNs (IBA 9.7.1): one per packet of a SEND or
+ * WRITE segmented by the path MTU, one per response packet of a READ,
+ * one for an atomic.  Packets go out from the caller's thread as soon as
+ * they are posted, up to a window; ACKs, NAKs and responses are handled
+ * by whichever thread receives them (engine/pkt.c); WQEs complete in
+ * order from the head of the queue once the responder has acknowledged
+ * them (IBA 9.7.5.1).  RC reliability is go-back-N: a sequence NAK, a
+ * gap in READ responses or the retransmission timer sends everything
+ * again from the first PSN not acknowledged, and the responder detects
+ * the duplicates (9.7.5.1.?, 9.7.6).  UC and UD WQEs complete when their
+ * packets have left.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "pkt.h"
+
+static unsigned tr_code(enum ibv_qp_type t)
+{
+	return t == IBV_QPT_UC ? IB_TR_UC : t == IBV_QPT_UD ? IB_TR_UD :
+	       t == IBV_QPT_XRC_SEND ? IB_TR_XRC : IB_TR_RC;
+}
+
+static bool is_read(const struct sv_swqe *w) { return w->opcode == IBV_WR_RDMA_READ; }
+static bool is_atomic(const struct sv_swqe *w)
+{
+	return w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+}
+static bool is_local(const struct sv_swqe *w)
+{
+	return w->opcode == IBV_WR_BIND_MW || w->opcode == IBV_WR_LOCAL_INV;
+}
+/* Completed by a response carrying data (READ) or a value (atomics). */
+static bool is_rd(const struct sv_swqe *w) { return is_read(w) || is_atomic(w); }
+
+static uint32_t npkts_of(const struct pkt_qp *q, const struct sv_swqe *w, uint64_t len)
+{
+	if (is_local(w))
+		return 0;
+	if (is_atomic(w) || w->opcode == IBV_WR_ATOMIC_WRITE)
+		return 1;
+	return len ? (uint32_t)((len + q->mtu - 1) / q->mtu) : 1;
+}
+
+static struct sv_swqe *wqe_at(struct sv_qp *qp, uint32_t i)
+{
+	return sv_sq_slot(qp, qp->sq_head + i);
+}
+
+/* The WQE whose PSNs hold psn, as an index from the head; -1 if none. */
+static int wqe_of_psn(struct pkt_qp *q, uint32_t psn)
+{
+	for (uint32_t i = 0; i < q->nassigned; i++) {
+		struct sv_swqe *w = wqe_at(q->qp, i);
+		if (w->npkts && psn_compare(psn, w->psn) >= 0 &&
+		    psn_compare(psn, psn_add(w->psn, w->npkts)) < 0)
+			return (int)i;
+	}
+	return -1;
+}
+
+static void wqe_fail(struct pkt_qp *q, struct sv_swqe *w, enum ibv_wc_status st, const char *why)
+{
+	if (w->pstate == PW_DONE || w->pstate == PW_ERROR)
+		return;
+	w->pstate = PW_ERROR;
+	w->pstatus = (uint8_t)st;
+	sv_explain("error completion", "qpn 0x%x wr_id 0x%llx to qpn 0x%x at %s: %s: %s",
+		   q->qpn, (unsigned long long)w->wr_id, q->dest_qpn,
+		   q->peer.v4 ? "another host" : "a peer", ibv_wc_status_str(st), why);
+}
+
+/* ---- building packets ---- */
+
+/* One packet of w: packet k of a SEND or WRITE, the READ request for
+ * responses k.., or the atomic. */
+static int send_one(struct pkt_qp *q, struct sv_swqe *w, uint32_t k, const struct iovec *liov,
+		    int nl, uint64_t len, uint32_t *used)
+{
+	struct sv_qp *qp = q->qp;
+	uint8_t hdr[PKT_HDR_MAX];
+	struct ib_bth *bth = (struct ib_bth *)hdr;
+	uint8_t *h = hdr + sizeof(*bth);
+	unsigned tr = tr_code(qp->ex.qp_base.qp_type);
+	bool last = k + 1 >= w->npkts, first = k == 0;
+	uint64_t off = (uint64_t)k * q->mtu;
+	uint64_t plen = 0;
+	unsigned op;
+	uint32_t limit = *used;
+
+	*used = 1;
+	if (tr == IB_TR_XRC) {
+		ib_put32(h, w->srqn & SV_QPN_MASK);
+		h += 4;
+	}
+	switch (w->opcode) {
+	case IBV_WR_RDMA_READ: {
+		/* A chunk of responses, each chunk its own request. */
+		uint32_t n = w->npkts - k;
+		if (n > PKT_READ_CHUNK - k % PKT_READ_CHUNK)
+			n = PKT_READ_CHUNK - k % PKT_READ_CHUNK;
+		if (limit && n > limit)
+			n = limit;	/* a repair: only the responses missing */
+		*used = n;
+		op = IB_OP_READ_REQ;
+		uint64_t rlen = len > off ? len - off : 0;
+		if (rlen > (uint64_t)n * q->mtu)
+			rlen = (uint64_t)n * q->mtu;
+		ib_put64(h, w->remote_addr + off);
+		ib_put32(h + 8, w->rkey);
+		ib_put32(h + 12, (uint32_t)rlen);
+		h += 16;
+		last = true;
+		break;
+	}
+	case IBV_WR_ATOMIC_CMP_AND_SWP:
+	case IBV_WR_ATOMIC_FETCH_AND_ADD: {
+		bool cas = w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP;
+		op = cas ? IB_OP_CMP_SWAP : IB_OP_FETCH_ADD;
+		ib_put64(h, w->remote_addr);
+		ib_put32(h + 8, w->rkey);
+		ib_put64(h + 12, cas ? w->swap : w->compare_add);
+		ib_put64(h + 20, cas ? w->compare_add : 0);
+		h += 28;
+		break;
+	}
+	case IBV_WR_ATOMIC_WRITE:
+		op = IB_OP_ATOMIC_WRITE;
+		ib_put64(h, w->remote_addr);
+		ib_put32(h + 8, w->rkey);
+		ib_put32(h + 12, 8);
+		h += 16;
+		plen = 8;
+		break;
+	case IBV_WR_RDMA_WRITE:
+	case IBV_WR_RDMA_WRITE_WITH_IMM: {
+		bool imm = w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+		op = first && last ? (imm ? IB_OP_WRITE_ONLY_IMM : IB_OP_WRITE_ONLY) :
+		     first ? IB_OP_WRITE_FIRST : last ? (imm ? IB_OP_WRITE_LAST_IMM : IB_OP_WRITE_LAST) :
+		     IB_OP_WRITE_MIDDLE;
+		if (first) {
+			ib_put64(h, w->remote_addr);
+			ib_put32(h + 8, w->rkey);
+			ib_put32(h + 12, (uint32_t)len);
+			h += 16;
+		}
+		if (last && imm) {
+			memcpy(h, &w->imm, 4);	/* big endian as posted */
+			h += 4;
+		}
+		break;
+	}
+	default: {	/* SEND, SEND_WITH_IMM, SEND_WITH_INV */
+		bool imm = w->opcode == IBV_WR_SEND_WITH_IMM, inv = w->opcode == IBV_WR_SEND_WITH_INV;
+		op = first && last ? (imm ? IB_OP_SEND_ONLY_IMM : inv ? IB_OP_SEND_ONLY_INV :
+				      IB_OP_SEND_ONLY) :
+		     first ? IB_OP_SEND_FIRST :
+		     last ? (imm ? IB_OP_SEND_LAST_IMM : inv ? IB_OP_SEND_LAST_INV : IB_OP_SEND_LAST) :
+		     IB_OP_SEND_MIDDLE;
+		if (tr == IB_TR_UD) {
+			uint32_t qkey = w->remote_qkey & 0x80000000u ? qp->attr.qkey : w->remote_qkey;
+			ib_put32(h, qkey);
+			ib_put32(h + 4, q->qpn);
+			h += 8;
+		}
+		if (last && imm) {
+			memcpy(h, &w->imm, 4);
+			h += 4;
+		}
+		if (last && inv) {
+			ib_put32(h, w->imm);	/* the rkey to invalidate */
+			h += 4;
+		}
+		break;
+	}
+	}
+	struct iovec pl[SV_MAX_SGE + 1];
+	int np = 0;
+	if (op != IB_OP_READ_REQ && !is_atomic(w)) {
+		if (op != IB_OP_ATOMIC_WRITE)
+			plen = len - off < q->mtu ? len - off : q->mtu;
+		np = sv_iov_slice(liov, nl, off, plen, pl);
+	}
+	/* AckReq on each message's last packet, and every so often in a
+	 * long one so that the window keeps moving (IBA 9.7.5.1.1). */
+	bool ackreq = tr != IB_TR_UC && tr != IB_TR_UD &&
+		      (last || (k + 1) % PKT_ACKREQ_EVERY == 0);
+	bool se = last && (w->send_flags & IBV_SEND_SOLICITED);
+	uint32_t dqpn = tr == IB_TR_UD ? w->remote_qpn : q->dest_qpn;
+	bth_set(bth, (uint8_t)(tr | op), se, (unsigned)(-plen & 3), 0xffff, dqpn, ackreq,
+		psn_add(w->psn, k));
+	struct sv_route rt = q->peer;
+	if (tr == IB_TR_UD) {
+		const char *why;
+		if (!sv_route_remote(qp->ctx->dev, &w->av, &rt, &why))
+			return EHOSTUNREACH;
+	}
+	return pkt_send(q, &rt, hdr, (size_t)(h - hdr), pl, np, plen);
+}
+
+enum sv_result sv_pkt_ud_send(struct sv_qp *qp, struct sv_swqe *w, const struct iovec *liov,
+			      int nl, uint64_t len)
+{
+	struct pkt_qp *q = qp->pq;
+
+	q->mtu = 128u << sv_port_mtu(qp->ctx->dev);
+	w->psn = q->npsn;
+	w->npkts = 1;
+	q->npsn = psn_add(q->npsn, 1);
+	/* UD is unreliable: a packet that could not leave is lost. */
+	uint32_t used = 0;
+	int err = send_one(q, w, 0, liov, nl, len, &used);
+	pkt_flush(q);
+	return err ? SV_R_DROPPED : SV_R_OK;
+}
+
+/* ---- transmission ---- */
+
+static void arm_timer(struct pkt_qp *q, uint64_t now)
+{
+	if (!q->qp->attr.timeout)
+		return;		/* timeout 0: wait forever (IBA 9.7.6.1.3) */
+	q->deadline = now + sv_ack_timeout_ns(q->qp->attr.timeout);
+	q->pc->ops->want_tick(q->pc->link, q->deadline);
+}
+
+static bool reliable(const struct pkt_qp *q)
+{
+	enum ibv_qp_type t = q->qp->ex.qp_base.qp_type;
+
+	return t == IBV_QPT_RC || t == IBV_QPT_XRC_SEND;
+}
+
+/* Reads and atomics outstanding (max_rd_atomic, IBA 9.7.5.1.?). */
+static uint32_t rd_outstanding(struct pkt_qp *q, uint32_t upto)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < upto; i++) {
+		struct sv_swqe *w = wqe_at(q->qp, i);
+		if (is_rd(w) && w->pstate == PW_SENT)
+			n++;
+	}
+	return n;
+}
+
+static uint32_t window(const struct pkt_qp *q)
+{
+	uint32_t w = PKT_WINDOW_BYTES / (q->mtu + 1024);
+
+	return w > PKT_WINDOW_MAX ? PKT_WINDOW_MAX : w;
+}
+
+static void transmit(struct pkt_qp *q)
+{
+	struct sv_qp *qp = q->qp;
+	uint64_t now = 0;
+
+	while (!q->rnr_until && q->tx_w < qp->sq_count &&
+	       atomic_load_explicit(&qp->sh->state, memory_order_relaxed) == IBV_QPS_RTS) {
+		struct sv_swqe *w = wqe_at(qp, q->tx_w);
+		struct iovec liov[SV_MAX_SGE + 1];
+		uint64_t len;
+		int nl;
+
+		if (q->tx_w == q->nassigned) {
+			/* A new WQE: check its local side, give it its PSNs. */
+			if (is_rd(w) && rd_outstanding(q, q->tx_w) >= q->max_rd)
+				break;
+			if ((w->send_flags & IBV_SEND_FENCE) && rd_outstanding(q, q->tx_w))
+				break;	/* IBA 10.8.3.3: after every earlier READ and atomic */
+			w->pstate = PW_NEW;
+			w->got = 0;
+			w->ooo[0] = w->ooo[1] = 0;
+			if (is_local(w)) {
+				sv_last_why[0] = 0;
+				enum sv_result r = sv_wqe_exec_local(qp, w);
+				w->npkts = 0;
+				w->psn = q->npsn;
+				q->nassigned++;
+				q->tx_w++;
+				if (r == SV_R_OK)
+					w->pstate = PW_DONE;
+				else
+					wqe_fail(q, w, sv_result_status(r), sv_last_why);
+				continue;
+			}
+			sv_last_why[0] = 0;
+			enum sv_result r = sv_wqe_local_iov(qp, w, is_rd(w), liov, &nl, &len);
+			if (r == SV_R_OK && qp->ctx->home)
+				r = SV_R_LOC_QP_OP;	/* an imported context's memory is elsewhere */
+			if (r == SV_R_OK && (len > SV_MAX_MSG_SZ || (is_atomic(w) && len != 8)))
+				r = SV_R_LOC_LEN;
+			w->psn = q->npsn;
+			w->npkts = r == SV_R_OK ? npkts_of(q, w, len) : 0;
+			q->npsn = psn_add(q->npsn, w->npkts);
+			q->nassigned++;
+			if (r != SV_R_OK) {
+				q->tx_w++;
+				wqe_fail(q, w, sv_result_status(r), sv_last_why[0] ? sv_last_why :
+					 "the WQE's local buffers failed their checks");
+				continue;
+			}
+			w->pstate = PW_SENT;
+		} else if (w->pstate == PW_DONE || w->pstate == PW_ERROR) {
+			q->tx_w++;
+			q->tx_pkt = 0;
+			continue;
+		} else if (sv_wqe_local_iov(qp, w, is_rd(w), liov, &nl, &len) != SV_R_OK) {
+			wqe_fail(q, w, IBV_WC_LOC_PROT_ERR, "a local buffer went away under a retry");
+			q->tx_w++;
+			q->tx_pkt = 0;
+			continue;
+		}
+		if (reliable(q) && psn_compare(psn_add(w->psn, q->tx_pkt), q->una) >= (int32_t)window(q))
+			break;
+		uint32_t used = 0;
+		int err = send_one(q, w, q->tx_pkt, liov, nl, len, &used);
+		if (err == EHOSTUNREACH && !reliable(q)) {
+			/* Lost on an unreliable transport: the WQE still completes. */
+			used = w->npkts - q->tx_pkt;
+		}
+		if (reliable(q) && !q->deadline) {
+			if (!now)
+				now = sv_now_ns();
+			arm_timer(q, now);
+		}
+		q->tx_pkt += used;
+		if (q->tx_pkt >= w->npkts) {
+			if (!reliable(q))
+				w->pstate = PW_DONE;
+			q->tx_w++;
+			q->tx_pkt = 0;
+		}
+	}
+}
+
+/* Sends everything again from psn (go-back-N, IBA 9.7.5.1.?). */
+static void rewind_to(struct pkt_qp *q, uint32_t psn)
+{
+	int j = wqe_of_psn(q, psn);
+
+	if (j < 0)
+		return;
+	struct sv_swqe *w = wqe_at(q->qp, (uint32_t)j);
+	q->tx_w = (uint32_t)j;
+	q->tx_pkt = is_read(w) ? w->got : (uint32_t)psn_compare(psn, w->psn);
+	PKT_COUNT(q, retrans);
+}
+
+static void read_repair(struct pkt_qp *q, struct sv_swqe *w);
+
+/* A WQE sent and not yet answered. */
+static bool awaiting(struct pkt_qp *q)
+{
+	for (uint32_t i = 0; i < q->nassigned; i++)
+		if (wqe_at(q->qp, i)->pstate == PW_SENT)
+			return true;
+	return false;
+}
+
+/* The first READ response still missing, in PSN order, or the next new
+ * PSN: responses are taken out of order (read_response), so one that
+ * completes a later READ acknowledges nothing beyond an earlier hole. */
+static uint32_t read_floor(struct pkt_qp *q)
+{
+	for (uint32_t i = 0; i < q->nassigned; i++) {
+		struct sv_swqe *w = wqe_at(q->qp, i);
+		if (is_read(w) && w->pstate == PW_SENT && w->got < w->npkts)
+			return psn_add(w->psn, w->got);
+	}
+	return q->npsn;
+}
+
+static void ack_upto(struct pkt_qp *q, uint32_t psn, uint64_t now)
+{
+	uint32_t next = psn_add(psn, 1), floor = read_floor(q);
+
+	/* Never past a READ response still missing: an ACK or NAK beyond
+	 * it says the request was served, not that its answer arrived. */
+	if (psn_compare(next, floor) > 0)
+		next = floor;
+
+	if (psn_compare(next, q->una) > 0) {
+		q->una = next;
+		q->retry_left = q->qp->attr.retry_cnt;
+		q->rnr_left = q->qp->attr.rnr_retry == 7 ? -1 : q->qp->attr.rnr_retry;
+		q->rewind_valid = false;
+		q->deadline = 0;
+	}
+	for (uint32_t i = 0; i < q->nassigned; i++) {
+		struct sv_swqe *w = wqe_at(q->qp, i);
+		if (w->pstate != PW_SENT || psn_compare(q->una, psn_add(w->psn, w->npkts)) < 0)
+			continue;
+		if (!is_rd(w)) {
+			w->pstate = PW_DONE;
+		} else if (is_read(w) && w->got < w->npkts) {
+			/* A later PSN acknowledged while responses are missing:
+			 * they were lost (an implicit NAK, IBA 9.7.5.1.?). */
+			read_repair(q, w);
+		} else if (w->got < w->npkts) {
+			rewind_to(q, w->psn);	/* an atomic whose answer was lost */
+		}
+	}
+	/* Something still unanswered keeps the timer running. */
+	if (!q->deadline && awaiting(q))
+		arm_timer(q, now);
+}
+
+/* ---- responses ---- */
+
+/* Responses got + i (i < 128) that arrived ahead of got, bit i. */
+static bool ooo_test(const struct sv_swqe *w, uint32_t i) { return w->ooo[i / 64] >> (i % 64) & 1; }
+static void ooo_set(struct sv_swqe *w, uint32_t i) { w->ooo[i / 64] |= 1ull << (i % 64); }
+static void ooo_shift(struct sv_swqe *w)
+{
+	w->ooo[0] = w->ooo[0] >> 1 | w->ooo[1] << 63;
+	w->ooo[1] >>= 1;
+}
+
+/*
+ * Asks again for the responses of READ w from got up to the first that
+ * arrived ahead of it (at most a chunk): a READ has no side effect, so a
+ * hole is repaired by a request for just that range, served again by
+ * the responder as a duplicate (9.7.5.3.1), and the rest of the window
+ * is not sent again.  Once per hole; the timer covers a lost repair.
+ */
+static void read_repair(struct pkt_qp *q, struct sv_swqe *w)
+{
+	uint32_t hole = psn_add(w->psn, w->got);
+
+	if (q->rewind_valid && q->rewound == hole)
+		return;
+	uint32_t n = 1;
+	while (n < 128 && w->got + n < w->npkts && !ooo_test(w, n))
+		n++;
+	struct iovec liov[SV_MAX_SGE + 1];
+	uint64_t len;
+	int nl;
+	if (sv_wqe_local_iov(q->qp, w, true, liov, &nl, &len) != SV_R_OK)
+		return;
+	q->rewound = hole;
+	q->rewind_valid = true;
+	PKT_COUNT(q, retrans);
+	uint32_t used = n;
+	send_one(q, w, w->got, liov, nl, len, &used);
+}
+
+static void read_response(struct pkt_qp *q, const struct ib_bth *bth, const struct sv_link_pkt *p,
+			  uint64_t now)
+{
+	uint32_t psn = bth_psn(bth);
+	int j = wqe_of_psn(q, psn);
+	struct sv_swqe *w = j >= 0 ? wqe_at(q->qp, (uint32_t)j) : NULL;
+
+	if (!w || !is_read(w) || w->pstate != PW_SENT) {
+		PKT_COUNT(q, dups);
+		return;
+	}
+	uint32_t k = (uint32_t)psn_compare(psn, w->psn);
+	if (k < w->got || (k > w->got && (k - w->got >= 128 || ooo_test(w, k - w->got)))) {
+		PKT_COUNT(q, dups);	/* had it, or too far ahead to keep */
+		return;
+	}
+	unsigned hl = sizeof(*bth) + ib_hdr_len(bth->opcode);
+	size_t plen = p->len - hl - bth_pad(bth);
+	struct iovec liov[SV_MAX_SGE + 1], dst[SV_MAX_SGE + 1];
+	uint64_t len;
+	int nl;
+	if (sv_wqe_local_iov(q->qp, w, true, liov, &nl, &len) != SV_R_OK) {
+		wqe_fail(q, w, IBV_WC_LOC_PROT_ERR, "the READ's buffer went away");
+		return;
+	}
+	uint64_t off = (uint64_t)k * q->mtu;
+	uint64_t want = len - off < q->mtu ? len - off : q->mtu;
+	if (off > len || plen != want) {
+		PKT_COUNT(q, drops);	/* not the size this response must have (9.7.5.1.?) */
+		return;
+	}
+	/* READ responses land where their PSN says, in any order: a
+	 * response ahead of a lost one is kept, not sent again. */
+	int nd = sv_iov_slice(liov, nl, off, plen, dst);
+	struct iovec src = { (void *)(p->buf + hl), plen };
+	PKT_DMA_BEGIN();
+	sv_copy_iov(dst, nd, &src, 1);
+	PKT_DMA_END();
+	ooo_set(w, k - w->got);
+	while (ooo_test(w, 0)) {
+		ooo_shift(w);
+		w->got++;
+	}
+	if (w->got == w->npkts)
+		w->pstate = PW_DONE;
+	uint32_t upto = read_floor(q);	/* everything before it is in */
+	if (psn_compare(upto, q->una) > 0)
+		ack_upto(q, psn_add(upto, SV_PSN_MASK), now);
+	if (w->pstate == PW_SENT && k > w->got)
+		read_repair(q, w);
+}
+
+static void atomic_ack(struct pkt_qp *q, const struct ib_bth *bth, const struct sv_link_pkt *p,
+		       uint64_t now)
+{
+	uint32_t psn = bth_psn(bth);
+	int j = wqe_of_psn(q, psn);
+	struct sv_swqe *w = j >= 0 ? wqe_at(q->qp, (uint32_t)j) : NULL;
+
+	if (!w || !is_atomic(w) || w->pstate != PW_SENT) {
+		PKT_COUNT(q, dups);
+		return;
+	}
+	struct iovec liov[SV_MAX_SGE + 1];
+	uint64_t len, orig = ib_get64(p->buf + sizeof(*bth) + sizeof(struct ib_aeth));
+	int nl;
+	if (sv_wqe_local_iov(q->qp, w, true, liov, &nl, &len) != SV_R_OK || len != 8) {
+		wqe_fail(q, w, IBV_WC_LOC_PROT_ERR, "the atomic's buffer went away");
+		return;
+	}
+	/* The original value, in host order as a local atomic leaves it. */
+	struct iovec src = { &orig, 8 };
+	PKT_DMA_BEGIN();
+	sv_copy_iov(liov, nl, &src, 1);
+	PKT_DMA_END();
+	w->got = 1;
+	w->pstate = PW_DONE;
+	ack_upto(q, psn, now);
+}
+
+static void nak(struct pkt_qp *q, uint8_t syn, uint32_t psn, uint64_t now)
+{
+	int j;
+
+	if (psn_compare(psn, q->una) > 0)
+		ack_upto(q, psn_add(psn, SV_PSN_MASK), now);
+	j = wqe_of_psn(q, psn);
+	struct sv_swqe *w = j >= 0 ? wqe_at(q->qp, (uint32_t)j) : NULL;
+	if ((syn & 0xe0) == AETH_RNR) {
+		/* 9.7.5.2.8: wait the responder's RNR timer, then resend
+		 * from the PSN it refused, while rnr_retry lasts. */
+		PKT_COUNT(q, rnr_naks);
+		if (!w)
+			return;
+		if (q->rnr_left == 0) {
+			char why[200];
+			snprintf(why, sizeof(why), "qpn 0x%x had no receive posted through rnr_retry=%u "
+				 "retries (post receives before the peer sends, or raise rnr_retry; 7 = "
+				 "forever)", q->dest_qpn, q->qp->attr.rnr_retry);
+			wqe_fail(q, w, IBV_WC_RNR_RETRY_EXC_ERR, why);
+			return;
+		}
+		if (q->rnr_left > 0)
+			q->rnr_left--;
+		q->rnr_until = now + sv_rnr_delay_ns(syn & 0x1f);
+		q->deadline = 0;
+		rewind_to(q, psn);
+		q->pc->ops->want_tick(q->pc->link, q->rnr_until);
+		return;
+	}
+	switch (syn & 0x1f) {
+	case NAK_PSN_SEQ:
+		/* The responder expects psn: resend from there. */
+		PKT_COUNT(q, naks_seq);
+		rewind_to(q, psn);
+		return;
+	case NAK_INV_REQ:
+		if (w)
+			wqe_fail(q, w, IBV_WC_REM_INV_REQ_ERR, "the responder answered Invalid Request "
+				 "(a bad opcode sequence, length or atomic alignment; see its explain "
+				 "line)");
+		return;
+	case NAK_REM_ACCESS:
+		if (w)
+			wqe_fail(q, w, IBV_WC_REM_ACCESS_ERR, "the responder answered Remote Access "
+				 "Error (rkey, bounds or access rights; see its explain line)");
+		return;
+	default:
+		if (w)
+			wqe_fail(q, w, IBV_WC_REM_OP_ERR, "the responder answered Remote Operational "
+				 "Error");
+		return;
+	}
+}
+
+/* Completes finished WQEs from the head, in order; the caller holds
+ * sq_lock. */
+static int complete_head(struct pkt_qp *q)
+{
+	struct sv_qp *qp = q->qp;
+
+	while (qp->sq_count && q->nassigned) {
+		struct sv_swqe *w = sv_sq_slot(qp, qp->sq_head);
+		if (w->pstate != PW_DONE && w->pstate != PW_ERROR)
+			break;
+		bool err = w->pstate == PW_ERROR;
+		bool ok = sv_wqe_complete(qp, w, err ? (enum ibv_wc_status)w->pstatus : IBV_WC_SUCCESS,
+					  sv_wqe_len(w));
+		qp->sq_head = (qp->sq_head + 1) % qp->sq_size;
+		qp->sq_count--;
+		q->nassigned--;
+		if (q->tx_w)
+			q->tx_w--;
+		else
+			q->tx_pkt = 0;
+		if (!ok)
+			return SV_RUN_OVERRUN;
+		if (err)
+			return SV_RUN_FAILED;
+	}
+	if (!q->nassigned)
+		q->deadline = 0;
+	return SV_RUN_OK;
+}
+
+int sv_pkt_sq_run(struct sv_qp *qp)
+{
+	struct pkt_qp *q = qp->pq;
+
+	if (atomic_load_explicit(&qp->sh->state, memory_order_relaxed) == IBV_QPS_ERR)
+		return SV_RUN_FAILED;
+	int r = complete_head(q);
+	if (r != SV_RUN_OK)
+		return r;
+	transmit(q);
+	pkt_flush(q);
+	return complete_head(q);
+}
+
+void sv_pkt_sq_reset(struct sv_qp *qp)
+{
+	struct pkt_qp *q = qp->pq;
+
+	q->nassigned = q->tx_w = q->tx_pkt = 0;
+	q->deadline = q->rnr_until = 0;
+	q->una = q->npsn;
+	q->rewind_valid = false;
+}
+
+/* After a response: run, and take the QP to ERR if a WQE failed.  The
+ * transition is the owner's progress thread's (err_pending, as for a
+ * remote-induced error): this thread holds the context's rx_lock, which
+ * the verbs that take qp->lock may be waiting for. */
+static void run_after_rx(struct sv_qp *qp)
+{
+	int r = sv_pkt_sq_run(qp);
+
+	pthread_mutex_unlock(&qp->sq_lock);
+	if (r == SV_RUN_OK)
+		return;
+	uint32_t none = 0;
+	atomic_store_explicit(&qp->sh->state, IBV_QPS_ERR, memory_order_release);
+	atomic_compare_exchange_strong(&qp->sh->err_pending, &none,
+				       r == SV_RUN_OVERRUN ? 2u + IBV_EVENT_QP_FATAL : 1u);
+	sv_seg_ring(qp->ctx->seg.h);
+}
+
+void pkt_req_rx(struct pkt_qp *q, const struct ib_bth *bth, const struct sv_link_pkt *p)
+{
+	struct sv_qp *qp = q->qp;
+	uint64_t now = sv_now_ns();
+	unsigned op = bth_op(bth);
+
+	pthread_mutex_lock(&qp->sq_lock);
+	if (!qp->pq_remote || !reliable(q)) {
+		pthread_mutex_unlock(&qp->sq_lock);
+		return;
+	}
+	const struct ib_aeth *aeth = (const struct ib_aeth *)(p->buf + sizeof(*bth));
+	if (op == IB_OP_ACK) {
+		uint8_t syn = aeth_syn(aeth);
+		if ((syn & 0xe0) == AETH_ACK)
+			ack_upto(q, bth_psn(bth), now);
+		else
+			nak(q, syn, bth_psn(bth), now);
+	} else if (op == IB_OP_ATOMIC_ACK) {
+		atomic_ack(q, bth, p, now);
+	} else {
+		read_response(q, bth, p, now);
+	}
+	run_after_rx(qp);
+}
+
+uint64_t pkt_req_tick(struct pkt_qp *q, uint64_t now)
+{
+	struct sv_qp *qp = q->qp;
+	uint64_t next;
+
+	pthread_mutex_lock(&qp->sq_lock);
+	if (!qp->pq_remote) {
+		pthread_mutex_unlock(&qp->sq_lock);
+		return 0;
+	}
+	if (q->rnr_until && now >= q->rnr_until) {
+		q->rnr_until = 0;
+		arm_timer(q, now);
+	}
+	if (q->deadline && now >= q->deadline) {
+		/* 9.7.6.1.3: no response within the local ACK timeout: send
+		 * again from the first PSN not acknowledged, retry_cnt times. */
+		q->deadline = 0;
+		struct sv_swqe *w = NULL;
+		for (uint32_t i = 0; i < q->nassigned && !w; i++)
+			if (wqe_at(qp, i)->pstate == PW_SENT)
+				w = wqe_at(qp, i);
+		if (w && q->retry_left == 0) {
+			char why[200];
+			snprintf(why, sizeof(why), "no answer from qpn 0x%x within timeout %u (%.3f ms) "
+				 "through retry_cnt=%u retries: the peer is gone or unreachable",
+				 q->dest_qpn, qp->attr.timeout,
+				 (double)sv_ack_timeout_ns(qp->attr.timeout) / 1e6, qp->attr.retry_cnt);
+			wqe_fail(q, w, IBV_WC_RETRY_EXC_ERR, why);
+		} else if (w) {
+			/* From its first packet not answered. */
+			uint32_t from = is_read(w) ? psn_add(w->psn, w->got) :
+					psn_compare(q->una, w->psn) > 0 &&
+					psn_compare(q->una, psn_add(w->psn, w->npkts)) < 0 ? q->una :
+					w->psn;
+			sv_dbg("qpn 0x%x: ACK timeout at psn 0x%x (wr_id 0x%llx), %d retries left",
+			       q->qpn, from, (unsigned long long)w->wr_id, q->retry_left);
+			q->retry_left--;
+			q->rewind_valid = false;
+			rewind_to(q, from);
+			arm_timer(q, now);
+		}
+	}
+	next = q->rnr_until ? q->rnr_until : q->deadline;
+	run_after_rx(qp);
+	return next;
+}

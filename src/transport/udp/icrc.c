@@ -1,0 +1,149 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The RoCEv2 invariant CRC (IBA 7.8.1, Annex A17.8), computed as Linux
+ * rxe computes it (drivers/infiniband/sw/rxe/rxe_icrc.c), so that our
+ * packets pass an rxe or hardware receiver's check and theirs pass ours.
+ *
+ * The ICRC is a CRC-32 (the Ethernet/gzip polynomial) over the packet as
+ * an IB router would leave it unchanged: the fields a hop may rewrite are
+ * replaced with ones.  For RoCEv2 (A17.8) that is, in order:
+ *   - 8 bytes of ones standing for the LRH RoCEv2 does not carry;
+ *   - the IP header with IPv4 TOS, TTL and header checksum, or IPv6
+ *     traffic class, flow label and hop limit, all ones;
+ *   - the UDP header with its checksum all ones;
+ *   - the BTH with its resv8a byte (byte 4, where A17 puts FECN/BECN,
+ *     which switches set on the way) all ones;
+ *   - the rest: extension headers, payload, pad.
+ * rxe starts the kernel's raw crc32_le from 0xdebb20e3, the raw state after
+ * the 8 bytes of ones from ~0, and stores ~crc: that is the gzip CRC-32
+ * (zlib's crc32(), ISA-L's crc32_gzip_refl(), which computes it here) of
+ * the whole masked buffer.  It stores it through a __be32 pointer without
+ * conversion, so the wire carries that value little-endian (on x86, which
+ * is what every interoperating rxe runs on).
+ *
+ * We never see the IP and UDP headers the kernel builds for our datagram,
+ * so they are rebuilt from the flow.  The IPv4 identification is not
+ * masked: 0 is what the kernel gives a DF datagram on an unconnected
+ * socket, as rxe's are; a peer whose kernel numbers them fails our check.
+ */
+#define _GNU_SOURCE
+#include <string.h>
+#include <isa-l/crc.h>
+
+#include "tap.h"
+
+#define BTH_BYTES	12
+#define BTH_RESV8A	4	/* the masked BTH byte: FECN, BECN, reserved */
+#define ICRC_BYTES	4
+#define MASKED_LRH	8
+#define IPV4_HDR	20
+#define IPV6_HDR	40
+#define UDP_HDR		8
+#define PSEUDO_MAX	(MASKED_LRH + IPV6_HDR + UDP_HDR)
+
+static void put16(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)(v >> 8);
+	p[1] = (uint8_t)v;
+}
+
+/*
+ * The masked LRH, IP and UDP headers of a packet of len bytes (ICRC not
+ * included) into ph; returns their length.  df chooses the IPv4 flag: we
+ * always send DF, but a receiver may be given either.
+ */
+static size_t pseudo_header(const struct sv_flow *f, size_t len, bool df, uint8_t *ph)
+{
+	size_t udp_len = UDP_HDR + len + ICRC_BYTES;
+	uint8_t *ip = ph + MASKED_LRH, *udp;
+
+	memset(ph, 0xff, MASKED_LRH);
+	if (f->v4) {
+		ip[0] = 0x45;				/* version 4, IHL 5 */
+		ip[1] = 0xff;				/* TOS: masked */
+		put16(ip + 2, (uint16_t)(IPV4_HDR + udp_len));
+		put16(ip + 4, 0);			/* identification */
+		put16(ip + 6, df ? 0x4000 : 0);		/* DF, offset 0 */
+		ip[8] = 0xff;				/* TTL: masked */
+		ip[9] = 17;				/* UDP */
+		put16(ip + 10, 0xffff);			/* checksum: masked */
+		memcpy(ip + 12, &f->src.s6_addr[12], 4);
+		memcpy(ip + 16, &f->dst.s6_addr[12], 4);
+		udp = ip + IPV4_HDR;
+	} else {
+		/* Version 6, then traffic class and flow label: masked. */
+		ip[0] = 0x6f;
+		ip[1] = ip[2] = ip[3] = 0xff;
+		put16(ip + 4, (uint16_t)udp_len);
+		ip[6] = 17;				/* next header: UDP */
+		ip[7] = 0xff;				/* hop limit: masked */
+		memcpy(ip + 8, f->src.s6_addr, 16);
+		memcpy(ip + 24, f->dst.s6_addr, 16);
+		udp = ip + IPV6_HDR;
+	}
+	put16(udp, f->sport);
+	put16(udp + 2, f->dport);
+	put16(udp + 4, (uint16_t)udp_len);
+	put16(udp + 6, 0xffff);				/* checksum: masked */
+	return (size_t)(udp + UDP_HDR - ph);
+}
+
+/* Continues crc over the first len bytes of pkt[0..n), the BTH's resv8a
+ * byte taken as ones wherever the iovec boundaries fall. */
+static uint32_t crc_packet(uint32_t crc, const struct iovec *pkt, int n, size_t len)
+{
+	static const uint8_t ones = 0xff;
+	size_t off = 0;
+
+	for (int i = 0; i < n && off < len; i++) {
+		const uint8_t *p = pkt[i].iov_base;
+		size_t l = pkt[i].iov_len;
+
+		if (l > len - off)
+			l = len - off;
+		if (off <= BTH_RESV8A && BTH_RESV8A < off + l) {
+			size_t k = BTH_RESV8A - off;
+
+			crc = crc32_gzip_refl(crc, p, k);
+			crc = crc32_gzip_refl(crc, &ones, 1);
+			p += k + 1;
+			off += k + 1;
+			l -= k + 1;
+		}
+		crc = crc32_gzip_refl(crc, p, l);
+		off += l;
+	}
+	return crc;
+}
+
+static uint32_t icrc(const struct sv_flow *f, const struct iovec *pkt, int n, size_t len, bool df)
+{
+	uint8_t ph[PSEUDO_MAX];
+	size_t phlen = pseudo_header(f, len, df, ph);
+
+	return (uint32_t)crc_packet(crc32_gzip_refl(0, ph, phlen), pkt, n, len);
+}
+
+uint32_t sv_icrc(const struct sv_flow *f, const struct iovec *pkt, int n, size_t len)
+{
+	return icrc(f, pkt, n, len, true);
+}
+
+bool sv_icrc_ok(const struct sv_flow *f, const uint8_t *buf, size_t len)
+{
+	struct iovec iov;
+	uint32_t want;
+
+	if (len < BTH_BYTES + ICRC_BYTES)
+		return false;
+	len -= ICRC_BYTES;
+	want = (uint32_t)buf[len] | (uint32_t)buf[len + 1] << 8 |
+	       (uint32_t)buf[len + 2] << 16 | (uint32_t)buf[len + 3] << 24;
+	iov = (struct iovec){ .iov_base = (void *)buf, .iov_len = len };
+	if (icrc(f, &iov, 1, len, true) == want)
+		return true;
+	/* A sender that lets its datagrams fragment: rare (rxe and we set
+	 * DF), so it pays a second pass rather than every packet paying a
+	 * crc32_combine. */
+	return f->v4 && icrc(f, &iov, 1, len, false) == want;
+}

@@ -1,0 +1,87 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What sits between the UDP transport and the kernel's socket: the ICRC
+ * (IBTA Annex A17.8), packet capture (SOFTVERBS_PCAP) and fault injection
+ * (SOFTVERBS_FAULT).  A packet here is a RoCEv2 UDP payload: BTH, extension
+ * headers, payload, pad, and the 4-byte ICRC last.
+ */
+#ifndef SV_UDP_TAP_H
+#define SV_UDP_TAP_H
+
+#include <netinet/in.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+/* The IP and UDP fields the ICRC covers, and a capture records: the
+ * addresses (IPv4 as IPv4-mapped IPv6), ports in host order, and for IPv4
+ * whether DF is set (the IPv4 identification is always 0: the kernel
+ * gives 0 to unconnected UDP sockets that set DF, as rxe does). */
+struct sv_flow {
+	struct in6_addr src, dst;
+	uint16_t sport, dport;
+	uint8_t tclass, ttl;	/* recorded in captures; masked in the ICRC */
+	bool v4;
+};
+
+/* ---- icrc.c ---- */
+/* The ICRC of the packet pkt[0..n) of len bytes (BTH through pad, the
+ * ICRC itself not included) sent on flow f.  The value is what goes in
+ * the packet's last 4 bytes, stored little-endian as rxe does. */
+uint32_t sv_icrc(const struct sv_flow *f, const struct iovec *pkt, int n, size_t len);
+/* Whether the packet buf[0..len) (its ICRC last) carries the right ICRC.
+ * Accepts an IPv4 header with or without DF. */
+bool sv_icrc_ok(const struct sv_flow *f, const uint8_t *buf, size_t len);
+
+/* ---- pcap.c ---- */
+/* SOFTVERBS_PCAP=PATH (%p in PATH becomes the pid): opened on first use;
+ * false when capture is off or the file cannot be written (said once). */
+bool sv_pcap_on(void);
+/* One frame: Ethernet, IPv4 (or IPv6), UDP, then the packet as sent or
+ * received, ICRC included.  Thread-safe; one write(2) per frame. */
+void sv_pcap_write(const struct sv_flow *f, const struct iovec *pkt, int n, size_t len);
+
+/* ---- fault.c ---- */
+struct sv_fault_cfg {
+	double drop, dup, reorder, corrupt;	/* probabilities, 0..1 */
+	uint32_t delay_us;
+	uint64_t seed;
+	bool on;
+};
+/* Parses SOFTVERBS_FAULT's syntax "drop=P,dup=P,reorder=P,corrupt=P,delay=USEC,seed=N"
+ * (any subset, P in [0,1] or a percentage "5%"); 0, or EINVAL with
+ * the reason in err. */
+int sv_fault_parse(const char *s, struct sv_fault_cfg *c, char *err, size_t errlen);
+/* The process's settings (SOFTVERBS_FAULT, parsed once; a bad value is
+ * reported once on stderr and leaves faults off). */
+const struct sv_fault_cfg *sv_fault_config(void);
+
+enum { SV_FAULT_DROP = 1, SV_FAULT_DUP = 2, SV_FAULT_REORDER = 4, SV_FAULT_CORRUPT = 8 };
+struct sv_fault_counts { uint64_t sent, dropped, duplicated, reordered, corrupted, delayed; };
+
+/*
+ * The wire out: sends one packet on fd to `to`, with the faults the
+ * settings ask for, and captures what really left.  Deterministic: the
+ * k-th packet this process sends gets the verdict hash(seed, k).
+ *   - drop: not sent (and not captured);
+ *   - dup: sent twice;
+ *   - corrupt: one byte of the copy sent is flipped (so its ICRC fails);
+ *   - reorder: held, and sent after the next packet this process sends,
+ *     or at the latest 1 ms later;
+ *   - delay: every packet is held for delay_us.
+ * Held packets are copied; the caller may reuse its buffers at once.
+ * Returns 0 or an errno (EAGAIN/ENOBUFS from a full socket buffer:
+ * the packet is lost, as on a congested link).
+ */
+int sv_wire_send(int fd, const struct sockaddr *to, socklen_t tolen, const struct sv_flow *f,
+		 const struct iovec *pkt, int n, size_t len);
+/* Held packets whose time has come are sent; returns the
+ * CLOCK_MONOTONIC ns when the next one is due, or 0 when none is held. */
+uint64_t sv_wire_flush(uint64_t now_ns);
+/* Drops held packets of fd, before the caller closes it. */
+void sv_wire_forget(int fd);
+void sv_fault_counts(struct sv_fault_counts *out);
+
+#endif

@@ -1,0 +1,615 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * RoCEv2 over UDP (IBA Annex A17): the link between a context and other
+ * hosts.  It implements sv_link_ops for the packet engine.
+ *
+ * Every context of a host listens on UDP port 4791 (SO_REUSEPORT: one
+ * group of sockets, one per context, of one user).  The kernel spreads a
+ * group's packets by flow, not by destination QP, so a packet may reach a
+ * context that does not own its QP: that context forwards it, unchanged
+ * and with its addresses, to the owner's datagram socket, an abstract
+ * AF_UNIX name of the host's network namespace found through the host
+ * registry.  Each QP sends from a socket of its own, so its packets carry
+ * a UDP source port of their own (the flow entropy of A17.3.1).
+ *
+ * Reception runs in two places: a thread per context that sleeps in
+ * poll(2) until a packet or a timer is due, and any thread polling one of
+ * the context's CQs, which receives first (sv_pkt_poll), so that the
+ * latency path needs no thread wake-up.  While such pollers are active
+ * the thread watches only timers.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <endian.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/ip.h>
+#include <netinet/udp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../../engine/engine.h"
+#include "../../engine/ibhdr.h"
+#include "tap.h"
+
+#define RX_BATCH	16
+/* With UDP_GRO one datagram read may hold up to 64 KiB of segments. */
+#define RX_BUF		65536
+#define SOCK_BUF	(4 << 20)
+/* Pollers count as active for this long after their last poll: an
+ * application that polls less often than this gets its packets from the
+ * thread. */
+#define POLLER_NS	200000ull
+
+/* What a forwarded packet carries before it: where it came from. */
+struct fwd_hdr {
+	struct in6_addr src, dst;
+	uint16_t sport;
+	uint8_t tclass, ttl;
+	uint8_t v4;
+	uint8_t pad[3];
+};
+
+struct sv_link_ep {
+	struct sv_context *ctx;
+	int sock;			/* 0.0.0.0:4791, SO_REUSEPORT */
+	int fwd;			/* @softverbs-udp:PID:EP, packets other contexts forward */
+	int efd;			/* wakes the thread: a nearer timer, or stop */
+	pthread_t thr;
+	atomic_bool stop;
+	_Atomic uint64_t wake_at;	/* when the thread will look at timers next */
+	_Atomic uint64_t last_poll;	/* a CQ poller received last then */
+	/* Set by want_tick() before it reads wake_at, taken by the thread
+	 * after it stores wake_at (both sequentially consistent): either
+	 * the thread sees a new timer or the requester sees it asleep. */
+	atomic_bool dirty;
+	uint64_t next_tick;		/* the engine's next timer, 0 none (rx_lock) */
+	/* Receive buffers (rx_lock). */
+	uint8_t (*bufs)[RX_BUF];
+	struct mmsghdr msgs[RX_BATCH];
+	struct iovec iovs[RX_BATCH];
+	struct sockaddr_in from[RX_BATCH];
+	char ctl[RX_BATCH][64];
+	/* Statistics. */
+	_Atomic uint64_t rx_pkts, rx_bad_icrc, rx_forwarded, rx_fwd_in, rx_no_owner;
+};
+
+static void fwd_name(struct sockaddr_un *a, socklen_t *len, int32_t pid, uint32_t ep)
+{
+	memset(a, 0, sizeof(*a));
+	a->sun_family = AF_UNIX;
+	int n = snprintf(a->sun_path + 1, sizeof(a->sun_path) - 1, "softverbs-udp:%d:%u", (int)pid,
+			 ep);
+	*len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+/* The route a datagram came by, and (UDP_GRO) the size of the segments
+ * it holds, 0 when it is one packet. */
+static void route_of(struct sv_route *r, const struct sockaddr_in *from, const struct msghdr *m,
+		     int *gso)
+{
+	*gso = 0;
+	memset(r, 0, sizeof(*r));
+	r->v4 = true;
+	r->src.s6_addr[10] = r->src.s6_addr[11] = 0xff;
+	memcpy(&r->src.s6_addr[12], &from->sin_addr, 4);
+	r->sport = ntohs(from->sin_port);
+	r->dst.s6_addr[10] = r->dst.s6_addr[11] = 0xff;
+	r->ttl = 64;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(m); c; c = CMSG_NXTHDR((struct msghdr *)m, c)) {
+		if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
+			memcpy(gso, CMSG_DATA(c), sizeof(*gso));
+			continue;
+		}
+		if (c->cmsg_level != IPPROTO_IP)
+			continue;
+		if (c->cmsg_type == IP_PKTINFO) {
+			struct in_pktinfo pi;
+			memcpy(&pi, CMSG_DATA(c), sizeof(pi));
+			memcpy(&r->dst.s6_addr[12], &pi.ipi_addr, 4);
+		} else if (c->cmsg_type == IP_TOS) {
+			r->tclass = *(uint8_t *)CMSG_DATA(c);
+		} else if (c->cmsg_type == IP_TTL) {
+			int ttl;
+			memcpy(&ttl, CMSG_DATA(c), sizeof(ttl));
+			r->ttl = (uint8_t)ttl;
+		}
+	}
+}
+
+static void flow_of(struct sv_flow *f, const struct sv_route *r, bool out)
+{
+	memset(f, 0, sizeof(*f));
+	f->src = r->src;
+	f->dst = r->dst;
+	f->sport = out ? r->sport : r->sport;
+	f->dport = SV_ROCE_PORT;
+	f->tclass = r->tclass;
+	f->ttl = r->ttl;
+	f->v4 = r->v4;
+}
+
+/* A packet for a QP of another context of this host goes to it. */
+static bool forward(struct sv_link_ep *l, const uint8_t *buf, size_t len, const struct sv_route *r)
+{
+	uint32_t qpn = bth_qpn((const struct ib_bth *)buf);
+	struct sv_reg_ep_info ep;
+
+	if (sv_reg_qpn_owner(qpn, &ep) || (ep.pid == sv_pid() && ep.index == l->ctx->ep)) {
+		atomic_fetch_add_explicit(&l->rx_no_owner, 1, memory_order_relaxed);
+		return false;
+	}
+	struct fwd_hdr h = { r->src, r->dst, r->sport, r->tclass, r->ttl, r->v4, { 0 } };
+	struct iovec iov[2] = { { &h, sizeof(h) }, { (void *)buf, len } };
+	struct sockaddr_un a;
+	socklen_t al;
+	fwd_name(&a, &al, ep.pid, ep.index);
+	struct msghdr m = { .msg_name = &a, .msg_namelen = al, .msg_iov = iov, .msg_iovlen = 2 };
+	/* A short wait, not none: a fresh network namespace queues only 10
+	 * datagrams on an AF_UNIX socket (net.unix.max_dgram_qlen), and a
+	 * burst would be lost there.  SO_SNDTIMEO bounds it. */
+	if (sendmsg(l->fwd, &m, 0) < 0)
+		atomic_fetch_add_explicit(&l->rx_no_owner, 1, memory_order_relaxed);
+	else
+		atomic_fetch_add_explicit(&l->rx_forwarded, 1, memory_order_relaxed);
+	return true;
+}
+
+/* One packet as received: its ICRC checked (A17.8: a bad one is dropped
+ * silently), captured, then handed up or forwarded. */
+static void deliver(struct sv_link_ep *l, const uint8_t *buf, size_t len, const struct sv_route *r,
+		    bool forwarded)
+{
+	struct sv_flow f;
+
+	flow_of(&f, r, false);
+	if (sv_pcap_on()) {
+		struct iovec v = { (void *)buf, len };
+		sv_pcap_write(&f, &v, 1, len);
+	}
+	if (len < sizeof(struct ib_bth) + 4 || !sv_icrc_ok(&f, buf, len)) {
+		atomic_fetch_add_explicit(&l->rx_bad_icrc, 1, memory_order_relaxed);
+		return;
+	}
+	atomic_fetch_add_explicit(&l->rx_pkts, 1, memory_order_relaxed);
+	if (!forwarded && !sv_pkt_owns(l->ctx, bth_qpn((const struct ib_bth *)buf)) &&
+	    forward(l, buf, len, r))
+		return;
+	struct sv_link_pkt p = { buf, len - 4, *r };
+	sv_pkt_rx(l->ctx, &p);
+}
+
+/* Receives what is waiting, up to a few batches; the caller holds the
+ * context's rx lock.  Returns the number of packets. */
+static int receive(struct sv_link_ep *l)
+{
+	int total = 0;
+
+	for (int round = 0; round < 4; round++) {
+		for (int i = 0; i < RX_BATCH; i++) {
+			l->iovs[i] = (struct iovec){ l->bufs[i], RX_BUF };
+			l->msgs[i].msg_hdr = (struct msghdr){
+				.msg_name = &l->from[i], .msg_namelen = sizeof(l->from[i]),
+				.msg_iov = &l->iovs[i], .msg_iovlen = 1,
+				.msg_control = l->ctl[i], .msg_controllen = sizeof(l->ctl[i]),
+			};
+		}
+		int n = recvmmsg(l->sock, l->msgs, RX_BATCH, MSG_DONTWAIT, NULL);
+		for (int i = 0; i < n; i++) {
+			struct sv_route r;
+			int gso;
+			route_of(&r, &l->from[i], &l->msgs[i].msg_hdr, &gso);
+			size_t len = l->msgs[i].msg_len, seg = gso > 0 ? (size_t)gso : len, off = 0;
+			do {	/* an empty datagram too: it is counted as malformed */
+				deliver(l, l->bufs[i] + off, len - off < seg ? len - off : seg, &r,
+					false);
+				off += seg;
+			} while (off < len);
+		}
+		int k = 0;
+		for (; k < RX_BATCH; k++) {
+			l->iovs[k] = (struct iovec){ l->bufs[k], RX_BUF };
+			l->msgs[k].msg_hdr = (struct msghdr){ .msg_iov = &l->iovs[k], .msg_iovlen = 1 };
+		}
+		int m = recvmmsg(l->fwd, l->msgs, RX_BATCH, MSG_DONTWAIT, NULL);
+		for (int i = 0; i < m; i++) {
+			struct fwd_hdr h;
+			if (l->msgs[i].msg_len < sizeof(h))
+				continue;
+			memcpy(&h, l->bufs[i], sizeof(h));
+			struct sv_route r = { h.src, h.dst, h.sport, h.tclass, h.ttl, h.v4 != 0 };
+			atomic_fetch_add_explicit(&l->rx_fwd_in, 1, memory_order_relaxed);
+			deliver(l, l->bufs[i] + sizeof(h), l->msgs[i].msg_len - sizeof(h), &r, true);
+		}
+		n = n > 0 ? n : 0;
+		m = m > 0 ? m : 0;
+		total += n + m;
+		if (n < RX_BATCH && m < RX_BATCH)
+			break;
+	}
+	return total;
+}
+
+static void *rx_thread(void *arg)
+{
+	struct sv_link_ep *l = arg;
+
+	while (!atomic_load(&l->stop)) {
+		uint64_t now = sv_now_ns();
+		bool pollers = now - atomic_load_explicit(&l->last_poll, memory_order_relaxed) <
+			       POLLER_NS;
+		uint64_t due = l->next_tick, held = sv_wire_flush(now);
+		if (held && (!due || held < due))
+			due = held;
+		if (pollers && (!due || due > now + POLLER_NS))
+			due = now + POLLER_NS;
+		atomic_store(&l->wake_at, due ? due : UINT64_MAX);
+		if (atomic_exchange(&l->dirty, false)) {
+			l->next_tick = sv_pkt_tick(l->ctx, now);
+			continue;
+		}
+		struct timespec ts, *tp = NULL;
+		if (due) {
+			uint64_t d = due <= now ? 0 : due - now;
+			ts = (struct timespec){ (time_t)(d / 1000000000u), (long)(d % 1000000000u) };
+			tp = &ts;
+		}
+		struct pollfd p[3] = {
+			{ l->efd, POLLIN, 0 }, { l->sock, POLLIN, 0 }, { l->fwd, POLLIN, 0 },
+		};
+		int np = pollers ? 1 : 3;
+		if (ppoll(p, (nfds_t)np, tp, NULL) < 0 && errno != EINTR)
+			break;
+		if (p[0].revents) {
+			uint64_t v;
+			if (read(l->efd, &v, sizeof(v)) < 0) {
+				/* nothing: the count was already taken */
+			}
+		}
+		if (atomic_load(&l->stop))
+			break;
+		now = sv_now_ns();
+		if ((np > 1 && (p[1].revents || p[2].revents)) && sv_pkt_rx_lock(l->ctx, true)) {
+			receive(l);
+			sv_pkt_rx_unlock(l->ctx);
+		}
+		if ((l->next_tick && now >= l->next_tick) || p[0].revents)
+			l->next_tick = sv_pkt_tick(l->ctx, now);
+	}
+	return NULL;
+}
+
+static int sock_bufs(int fd)
+{
+	int sz = SOCK_BUF;
+
+	/* FORCE goes past net.core.[rw]mem_max where the process may
+	 * (CAP_NET_ADMIN); otherwise the kernel caps the plain request. */
+	if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &sz, sizeof(sz)))
+		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
+	if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &sz, sizeof(sz)))
+		setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
+	return 0;
+}
+
+static struct sv_link_ep *link_open(struct sv_context *c, char *why, size_t len)
+{
+	struct sv_link_ep *l = calloc(1, sizeof(*l));
+	int one = 1;
+
+	if (!l || !(l->bufs = calloc(RX_BATCH, RX_BUF))) {
+		free(l);
+		snprintf(why, len, "out of memory");
+		return NULL;
+	}
+	l->ctx = c;
+	l->sock = l->fwd = l->efd = -1;
+	l->sock = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons(SV_ROCE_PORT) };
+	if (l->sock < 0 || setsockopt(l->sock, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) ||
+	    setsockopt(l->sock, IPPROTO_IP, IP_PKTINFO, &one, sizeof(one)) ||
+	    setsockopt(l->sock, IPPROTO_IP, IP_RECVTOS, &one, sizeof(one)) ||
+	    setsockopt(l->sock, IPPROTO_IP, IP_RECVTTL, &one, sizeof(one)) ||
+	    bind(l->sock, (struct sockaddr *)&sin, sizeof(sin))) {
+		int e = errno;
+		snprintf(why, len, "cannot listen on UDP port %d: %s%s", SV_ROCE_PORT, strerror(e),
+			 e == EADDRINUSE ? " (another user's softverbs, or another RoCEv2 stack such as "
+			 "the kernel's rxe, holds it on this host; softverbs takes RoCEv2 packets for "
+			 "one user per host)" : "");
+		goto fail;
+	}
+	sock_bufs(l->sock);
+	/* Segments of one sender's burst come up in one read (UDP GRO);
+	 * without it, one packet a read. */
+	setsockopt(l->sock, SOL_UDP, UDP_GRO, &one, sizeof(one));
+	struct sockaddr_un a;
+	socklen_t al;
+	fwd_name(&a, &al, sv_pid(), c->ep);
+	/* Blocking, for the forwarder's bounded wait; reads never block
+	 * (MSG_DONTWAIT). */
+	l->fwd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (l->fwd < 0 || bind(l->fwd, (struct sockaddr *)&a, al)) {
+		snprintf(why, len, "cannot bind the forwarding socket: %s", strerror(errno));
+		goto fail;
+	}
+	sock_bufs(l->fwd);
+	struct timeval tv = { 0, 2000 };
+	setsockopt(l->fwd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	l->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (l->efd < 0) {
+		snprintf(why, len, "eventfd: %s", strerror(errno));
+		goto fail;
+	}
+	atomic_store(&l->wake_at, UINT64_MAX);
+	int err = pthread_create(&l->thr, NULL, rx_thread, l);
+	if (err) {
+		snprintf(why, len, "cannot start the receive thread: %s", strerror(err));
+		goto fail;
+	}
+	return l;
+fail:
+	if (l->sock >= 0)
+		close(l->sock);
+	if (l->fwd >= 0)
+		close(l->fwd);
+	if (l->efd >= 0)
+		close(l->efd);
+	free(l->bufs);
+	free(l);
+	return NULL;
+}
+
+static void kick(struct sv_link_ep *l)
+{
+	uint64_t one = 1;
+
+	if (write(l->efd, &one, sizeof(one)) < 0) {
+		/* the counter is full: the thread is being woken anyway */
+	}
+}
+
+static void link_close(struct sv_link_ep *l)
+{
+	sv_dbg("udp link: %llu packets in, %llu bad ICRC, %llu forwarded out, %llu forwarded in, "
+	       "%llu without owner", (unsigned long long)l->rx_pkts,
+	       (unsigned long long)l->rx_bad_icrc, (unsigned long long)l->rx_forwarded,
+	       (unsigned long long)l->rx_fwd_in, (unsigned long long)l->rx_no_owner);
+	atomic_store(&l->stop, true);
+	kick(l);
+	pthread_join(l->thr, NULL);
+	close(l->sock);
+	close(l->fwd);
+	close(l->efd);
+	free(l->bufs);
+	free(l);
+}
+
+static int link_sock(struct sv_link_ep *l, uint16_t *port, char *why, size_t len)
+{
+	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	int df = IP_PMTUDISC_DO;
+	struct sockaddr_in sin = { .sin_family = AF_INET };
+	socklen_t sl = sizeof(sin);
+
+	(void)l;
+	/* DF on an unconnected socket: the kernel gives the IPv4 header
+	 * identification 0, which the ICRC covers (A17.8). */
+	if (fd < 0 || setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &df, sizeof(df)) ||
+	    bind(fd, (struct sockaddr *)&sin, sizeof(sin)) ||
+	    getsockname(fd, (struct sockaddr *)&sin, &sl)) {
+		snprintf(why, len, "cannot open a UDP socket: %s", strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	sock_bufs(fd);
+	*port = ntohs(sin.sin_port);
+	return fd;
+}
+
+static void link_sock_close(struct sv_link_ep *l, int fd)
+{
+	(void)l;
+	sv_wire_forget(fd);
+	close(fd);
+}
+
+/*
+ * Packets leave in batches: link_send() queues them per thread and
+ * link_flush() hands the batch to one sendmmsg(2), so that a window of
+ * packets costs one system call and wakes the receiver once, not once a
+ * packet.  Headers, pad and ICRC are copied into the batch; payloads are
+ * referenced, so the engine flushes before it lets go of their memory.
+ * With faults or capture on, every packet goes through sv_wire_send().
+ */
+#define TX_BATCH	64
+#define TX_HDR		64
+struct tx_batch {
+	int fd, n;
+	struct mmsghdr m[TX_BATCH];
+	struct iovec iov[TX_BATCH][SV_MAX_SGE + 4];
+	uint8_t hdr[TX_BATCH][TX_HDR];
+	uint32_t icrc[TX_BATCH];
+	struct sockaddr_in to[TX_BATCH];
+	/* What flush hands the kernel: single packets and GSO runs. */
+	struct mmsghdr out[TX_BATCH];
+	struct iovec giov[TX_BATCH * (SV_MAX_SGE + 4)];
+	char gctl[TX_BATCH][CMSG_SPACE(sizeof(uint16_t))];
+};
+static __thread struct tx_batch *txb;
+static pthread_key_t txb_key;
+static pthread_once_t txb_once = PTHREAD_ONCE_INIT;
+
+static void txb_init(void)
+{
+	pthread_key_create(&txb_key, free);
+}
+
+/* UDP GSO (UDP_SEGMENT): a run of packets of one size to one place
+ * leaves as one datagram the kernel cuts into packets; each packet is
+ * a whole RoCEv2 packet, headers and ICRC included.  64 KiB at most. */
+#define GSO_MAX_BYTES	(65535 - 8 - 40)
+#define GSO_MAX_SEGS	64
+static atomic_bool gso_off;
+
+static size_t batch_len(const struct tx_batch *b, int i)
+{
+	size_t n = 0;
+
+	for (size_t k = 0; k < b->m[i].msg_hdr.msg_iovlen; k++)
+		n += b->iov[i][k].iov_len;
+	return n;
+}
+
+static void send_msgs(int fd, struct mmsghdr *m, int n)
+{
+	for (int i = 0; i < n;) {
+		int k = sendmmsg(fd, m + i, (unsigned)(n - i), 0);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0 && (errno == EIO || errno == EINVAL) && m[i].msg_hdr.msg_controllen) {
+			/* No GSO on this path: the packets of this run go one by
+			 * one, and so does everything from now on. */
+			atomic_store(&gso_off, true);
+			return;
+		}
+		if (k <= 0)
+			break;	/* lost, as on a congested link: the requester retries */
+		i += k;
+	}
+}
+
+static void link_flush(struct sv_link_ep *l)
+{
+	struct tx_batch *b = txb;
+
+	(void)l;
+	if (!b || !b->n)
+		return;
+	if (atomic_load_explicit(&gso_off, memory_order_relaxed)) {
+		send_msgs(b->fd, b->m, b->n);
+		b->n = 0;
+		return;
+	}
+	int out = 0, gi = 0;
+	for (int i = 0; i < b->n;) {
+		size_t seg = batch_len(b, i), total = seg;
+		int j = i + 1;
+		while (j < b->n && j - i < GSO_MAX_SEGS && total + seg <= GSO_MAX_BYTES &&
+		       !memcmp(&b->to[j], &b->to[i], sizeof(b->to[i]))) {
+			size_t lj = batch_len(b, j);
+			if (lj > seg)
+				break;
+			total += lj;
+			j++;
+			if (lj < seg)
+				break;	/* a shorter packet ends a run */
+		}
+		struct mmsghdr *m = &b->out[out++];
+		if (j - i == 1) {
+			*m = b->m[i];
+			i = j;
+			continue;
+		}
+		/* One datagram of packets i..j-1. */
+		struct iovec *v = &b->giov[gi];
+		size_t nv = 0;
+		for (int k = i; k < j; k++)
+			for (size_t x = 0; x < b->m[k].msg_hdr.msg_iovlen; x++)
+				v[nv++] = b->iov[k][x];
+		gi += (int)nv;
+		char *ctl = b->gctl[out - 1];
+		m->msg_hdr = (struct msghdr){ .msg_name = &b->to[i], .msg_namelen = sizeof(b->to[i]),
+					      .msg_iov = v, .msg_iovlen = nv, .msg_control = ctl,
+					      .msg_controllen = CMSG_SPACE(sizeof(uint16_t)) };
+		struct cmsghdr *c = CMSG_FIRSTHDR(&m->msg_hdr);
+		c->cmsg_level = SOL_UDP;
+		c->cmsg_type = UDP_SEGMENT;
+		c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+		uint16_t gs = (uint16_t)seg;
+		memcpy(CMSG_DATA(c), &gs, sizeof(gs));
+		i = j;
+	}
+	send_msgs(b->fd, b->out, out);
+	if (atomic_load_explicit(&gso_off, memory_order_relaxed))
+		send_msgs(b->fd, b->m, b->n);	/* the run that found GSO missing, and all */
+	b->n = 0;
+}
+
+static int link_send(struct sv_link_ep *l, int fd, const struct sv_route *r, const struct iovec *pkt,
+		     int n, size_t len)
+{
+	struct sv_flow f;
+	uint32_t icrc;
+
+	if (n + 1 > SV_MAX_SGE + 4 || pkt[0].iov_len > TX_HDR)
+		return EINVAL;
+	flow_of(&f, r, true);
+	icrc = htole32(sv_icrc(&f, pkt, n, len));	/* little-endian on the wire (icrc.c) */
+	struct sockaddr_in to = { .sin_family = AF_INET, .sin_port = htons(SV_ROCE_PORT) };
+	memcpy(&to.sin_addr, &r->dst.s6_addr[12], 4);
+	if (sv_fault_config()->on || sv_pcap_on()) {
+		struct iovec iov[SV_MAX_SGE + 4];
+		memcpy(iov, pkt, (size_t)n * sizeof(*pkt));
+		iov[n] = (struct iovec){ &icrc, 4 };
+		return sv_wire_send(fd, (struct sockaddr *)&to, sizeof(to), &f, iov, n + 1, len + 4);
+	}
+	pthread_once(&txb_once, txb_init);
+	struct tx_batch *b = txb;
+	if (!b) {
+		b = txb = calloc(1, sizeof(*b));
+		if (!b)
+			return ENOMEM;
+		pthread_setspecific(txb_key, b);
+	}
+	if (b->n && (b->fd != fd || b->n == TX_BATCH))
+		link_flush(l);
+	int i = b->n++;
+	b->fd = fd;
+	memcpy(b->hdr[i], pkt[0].iov_base, pkt[0].iov_len);
+	b->iov[i][0] = (struct iovec){ b->hdr[i], pkt[0].iov_len };
+	memcpy(&b->iov[i][1], &pkt[1], (size_t)(n - 1) * sizeof(*pkt));
+	b->icrc[i] = icrc;
+	b->iov[i][n] = (struct iovec){ &b->icrc[i], 4 };
+	b->to[i] = to;
+	b->m[i].msg_hdr = (struct msghdr){ .msg_name = &b->to[i], .msg_namelen = sizeof(to),
+					   .msg_iov = b->iov[i], .msg_iovlen = (size_t)n + 1 };
+	return 0;
+}
+
+static bool link_poll(struct sv_link_ep *l)
+{
+	atomic_store_explicit(&l->last_poll, sv_now_ns(), memory_order_relaxed);
+	if (!sv_pkt_rx_lock(l->ctx, false))
+		return false;
+	int n = receive(l);
+	sv_pkt_rx_unlock(l->ctx);
+	return n > 0;
+}
+
+static void link_want_tick(struct sv_link_ep *l, uint64_t when)
+{
+	atomic_store(&l->dirty, true);
+	if (when < atomic_load_explicit(&l->wake_at, memory_order_relaxed))
+		kick(l);
+}
+
+const struct sv_link_ops sv_link_udp = {
+	.name = "udp",
+	.open = link_open,
+	.close = link_close,
+	.sock = link_sock,
+	.sock_close = link_sock_close,
+	.send = link_send,
+	.flush = link_flush,
+	.poll = link_poll,
+	.want_tick = link_want_tick,
+};

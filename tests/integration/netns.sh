@@ -1,0 +1,120 @@
+# shellcheck shell=bash
+# Network namespaces as test hosts, for the integration scripts (udp.sh):
+# make and remove them, join two with a veth pair, run a program in one,
+# read its counters.  Source after lib.sh; every function needs root.
+#
+# A namespace made here is named PREFIX-PID (PID: the script that made it),
+# so that ns_sweep can tell the leftovers of a killed run (a SIGKILL, as
+# from ctest's timeout, runs no trap) from those of a run still going.
+
+# ns_sweep PREFIX...: removes the namespaces PREFIX-PID whose PID is gone.
+ns_sweep() {
+	local ns pre pid
+	for ns in $(ip netns list 2>/dev/null | awk '{print $1}'); do
+		for pre in "$@"; do
+			case $ns in "$pre"-*) ;; *) continue ;; esac
+			pid=${ns#"$pre"-}
+			case $pid in '' | *[!0-9]*) continue ;; esac
+			kill -0 "$pid" 2>/dev/null && continue
+			echo "note: removing namespace $ns, left by a run (pid $pid) that is gone"
+			ns_del "$ns"
+		done
+	done
+}
+
+# ns_add NAME: a namespace with lo up and IPv6 off (no router or neighbour
+# solicitations, so its interfaces send only what the test makes them send).
+ns_add() {
+	ip netns add "$1" || return 1
+	ip netns exec "$1" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 \
+		net.ipv6.conf.default.disable_ipv6=1 >/dev/null 2>&1
+	ip -n "$1" link set lo up
+}
+
+# ns_del NAME...: ends what still runs in each namespace (only this script
+# starts anything there), then removes it, and with it its veth end.
+ns_del() {
+	local ns pids
+	for ns in "$@"; do
+		[ -e "/run/netns/$ns" ] || continue
+		pids=$(ip netns pids "$ns" 2>/dev/null)
+		if [ -n "$pids" ]; then
+			# shellcheck disable=SC2086
+			kill $pids 2>/dev/null
+			for _ in $(seq 20); do
+				[ -z "$(ip netns pids "$ns" 2>/dev/null)" ] && break
+				sleep 0.1
+			done
+			pids=$(ip netns pids "$ns" 2>/dev/null)
+			# shellcheck disable=SC2086
+			[ -n "$pids" ] && kill -9 $pids 2>/dev/null
+		fi
+		ip netns del "$ns" 2>/dev/null
+	done
+}
+
+# ns_veth NS1 IF1 ADDR1/LEN NS2 IF2 ADDR2/LEN: a veth pair made directly
+# inside the two namespaces (its names never exist on the host, so runs
+# side by side cannot collide), addressed and up.  The kernel adds the
+# connected route of each address; nothing else is routed.
+ns_veth() {
+	ip link add "$2" netns "$1" type veth peer name "$5" netns "$4" || return 1
+	ip -n "$1" addr add "$3" dev "$2" && ip -n "$4" addr add "$6" dev "$5" &&
+		ip -n "$1" link set "$2" up && ip -n "$4" link set "$5" up
+}
+
+# ns_counters NS IF: "TX_BYTES UDP_OUT": the bytes IF has sent, and the UDP
+# datagrams the namespace has sent (/proc/net/snmp is the reader's
+# namespace's).  NS "" is the current namespace.  `ip netns exec` mounts
+# a sysfs of NS; the current namespace, when it is one of unshare's, sees
+# the sysfs of the host's, so there /proc/net/dev gives the bytes (the
+# same counter: its tenth column).
+ns_counters() {
+	local get='cat "/sys/class/net/$1/statistics/tx_bytes"; cat /proc/net/snmp'
+	[ -n "$1" ] || get='awk -v i="$1" '\''{sub(":", " ")} $1 == i {print $10}'\'' /proc/net/dev; cat /proc/net/snmp'
+	if [ -n "$1" ]; then ip netns exec "$1" sh -c "$get" _ "$2"; else sh -c "$get" _ "$2"; fi 2>/dev/null |
+		awk 'NR == 1 {tx = $1}
+		     $1 == "Udp:" && !h {for (i = 2; i <= NF; i++) if ($i == "OutDatagrams") c = i; h = 1; next}
+		     $1 == "Udp:" && h {out = $c}
+		     END {print (tx == "" ? -1 : tx), (out == "" ? -1 : out)}'
+}
+
+# ns_wait_listen NS PORT: until a TCP socket of NS listens on PORT (at most
+# 15 s); lib.sh's wait_listen, inside the namespace.
+ns_wait_listen() {
+	local hex
+	hex=$(printf ':%04X ' "$2")
+	ip netns exec "$1" bash -c '
+		for _ in $(seq 150); do
+			grep -q "$1.* 0A " /proc/net/tcp /proc/net/tcp6 2>/dev/null && exit 0
+			sleep 0.1
+		done
+		exit 1' _ "$hex"
+}
+
+# ns_gid_index NS IPV4 ENV...: the index of the RoCE v2 GID ::ffff:IPV4 in
+# `ibv_devinfo -v` run in NS ("" for here) with ENV; nothing if none.
+ns_gid_index() {
+	local ns=$1 ip=$2 pre=()
+	shift 2
+	[ -n "$ns" ] && pre=(ip netns exec "$ns")
+	"${pre[@]}" env "$@" ibv_devinfo -v 2>/dev/null |
+		sed -nE "s/^[[:space:]]*GID\[ *([0-9]+)\]:[[:space:]]+::ffff:${ip//./\\.}, RoCE v2.*/\1/p" | head -1
+}
+
+# ns_traps FUNC: FUNC runs on every exit (also ^C, TERM, HUP), so that no
+# namespace outlives the test.
+ns_traps() {
+	trap "$1" EXIT
+	trap 'echo "interrupted"; exit 130' INT
+	trap 'exit 143' TERM
+	trap 'exit 129' HUP
+}
+
+# section NAME: starts a timed section ("time: NAME: N s" when it ends).
+sec_name="" sec_t0=0
+section() {
+	[ -n "$sec_name" ] && echo "time: $sec_name: $((SECONDS - sec_t0)) s"
+	sec_name=$1 sec_t0=$SECONDS
+	[ -n "$1" ] && echo "== $1"
+}

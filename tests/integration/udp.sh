@@ -1,0 +1,526 @@
+#!/bin/bash
+# RoCEv2 over UDP between two hosts: two network namespaces joined by a
+# veth pair (198.18.0.1/30 and 198.18.0.2/30, nothing else routed), the
+# server of each pair in one, its client in the other.  Debian's
+# pingpongs, perftest and qperf must pass, and the veth counters must show
+# that the traffic crossed the wire: /dev/shm is shared by the two
+# namespaces, so a pair that passes through shared memory instead is a
+# FAIL.  Then the reliable ones again with loss, duplicates, reordering
+# and corruption (SOFTVERBS_FAULT); one run captured (SOFTVERBS_PCAP) and
+# decoded by tshark; and the UDP transport on one host's lo.
+#
+# Without root only the lo part runs.  The script runs in a network
+# namespace of its own (as rdmacm.sh), so its lo and its TCP ports are its
+# own; the two host namespaces are svA-PID and svB-PID, removed on exit.
+#
+# Knobs (none is set by CMake):
+#   SV_UDP_NO_TRAFFIC_CHECK=1  report the counters but do not check them
+#                              (to develop this script before the transport);
+#   SV_UDP_BUDGET=S            seconds for the whole script (default 840:
+#                              ctest's TIMEOUT is 900); runs that do not fit
+#                              are FAILs, not hangs;
+#   SV_UDP_BW_ITERS=N          -n of the perftest -a sweeps (default 100);
+#   SV_UDP_LOSS_ITERS=N        the same with faults, captured, and on lo
+#                              (default 5, perftest's least);
+#   SV_UDP_SEED=N              the fault seed (default random, printed);
+#   SV_UDP_NS_ENV="V=X ..."    more variables for both hosts' programs.
+set -u
+if [ -z "${SV_UDP_REEXEC:-}" ]; then
+	export SV_UDP_REEXEC=1 SV_UDP_ROOT=0 SV_UDP_PRIVATE=0
+	[ "$(id -u)" -eq 0 ] && SV_UDP_ROOT=1
+	if [ $SV_UDP_ROOT = 1 ] && unshare -n true 2>/dev/null; then
+		SV_UDP_PRIVATE=1 exec unshare -n bash "$0" "$@"
+	elif unshare -rn true 2>/dev/null; then
+		SV_UDP_PRIVATE=1 exec unshare -rn bash "$0" "$@"
+	fi
+fi
+here=$(dirname "$0")
+. "$here/lib.sh"
+. "$here/netns.sh"
+: "${SV_SOURCE:=$(cd "$here/../.." && pwd)}"
+
+NSA=svA-$$ NSB=svB-$$
+IFA=sva IFB=svb
+ADDR_A=198.18.0.1 ADDR_B=198.18.0.2
+BUDGET=${SV_UDP_BUDGET:-840}
+BW_N=${SV_UDP_BW_ITERS:-100}
+LOSS_N=${SV_UDP_LOSS_ITERS:-5}
+SEED=${SV_UDP_SEED:-$RANDOM}
+NOCHECK=${SV_UDP_NO_TRAFFIC_CHECK:-0}
+FAULT="drop=0.05,dup=0.02,reorder=0.02,corrupt=0.01,seed=$SEED"
+PP_N=200          # pingpong and perftest lat iterations
+PP_SIZE=4096      # their message size (UD: 1024, under the veth's MTU)
+SWEEP=$(((1 << 24) - 2))  # the bytes of one -a iteration: 2 + 4 + ... + 8 MiB
+EXTRA_ENV=()      # more VAR=VALUE for both sides (A:VAR=VALUE: for side A
+                  # only); @SIDE@ in VALUE becomes the side, A, B or L
+read -r -a NS_ENV <<<"${SV_UDP_NS_ENV:-}"
+HAVE_NS=0
+
+cleanup() {
+	local p
+	# The background programs not waited for yet (their timeout wrappers,
+	# which pass the signal on); those waited for may have had their pid
+	# reused.
+	for p in $(jobs -p); do kill "$p" 2>/dev/null; done
+	[ $HAVE_NS != 0 ] && ns_del "$NSA" "$NSB"
+	# Each network namespace is a host with a registry of its own.
+	[ -n "${SOFTVERBS_REGISTRY:-}" ] && rm -f /dev/shm/"$SOFTVERBS_REGISTRY".n*
+	rm -rf "$TMP"
+}
+ns_traps cleanup
+
+# tmo WANT: WANT seconds, or what is left of the budget; fails under 10 s.
+tmo() {
+	local left=$((BUDGET - SECONDS))
+	[ $left -ge 10 ] || return 1
+	echo $(($1 < left ? $1 : left))
+}
+
+# run_in NS SIDE TIMEOUT CMD ARGS...: CMD in namespace NS ("" for this one)
+# under softverbs in RoCE mode; @GID@ in ARGS becomes the side's GID index.
+run_in() {
+	local ns=$1 side=$2 t=$3 a gidvar
+	shift 3
+	gidvar=GID_$side
+	local args=() envs=("LD_LIBRARY_PATH=$LD_LIBRARY_PATH" SOFTVERBS_LINK_LAYER=roce)
+	[ -n "${LD_PRELOAD:-}" ] && envs+=("LD_PRELOAD=$LD_PRELOAD" "ASAN_OPTIONS=${ASAN_OPTIONS:-}")
+	envs+=("${NS_ENV[@]}")
+	for a in "${EXTRA_ENV[@]}"; do
+		case $a in [A-Z]:*) [ "${a%%:*}" = "$side" ] || continue; a=${a#?:} ;; esac
+		envs+=("${a//@SIDE@/$side}")
+	done
+	for a in "$@"; do args+=("${a//@GID@/${!gidvar:-}}"); done
+	if [ -n "$ns" ]; then
+		timeout "$t" ip netns exec "$ns" env "${envs[@]}" "${args[@]}"
+	else
+		timeout "$t" env "${envs[@]}" "${args[@]}"
+	fi
+}
+
+# stop PID GRACE: lets PID (a timeout wrapper) end within GRACE seconds,
+# else ends it.
+stop() {
+	for _ in $(seq $(($2 * 10))); do
+		kill -0 "$1" 2>/dev/null || return 0
+		sleep 0.1
+	done
+	kill "$1" 2>/dev/null
+}
+
+# The pair's placement: server namespace, client namespace, the sides (for
+# @GID@ and @SIDE@), the address the client dials, the interfaces counted.
+place_hosts() { P_SNS=$NSA P_CNS=$NSB P_SS=A P_CS=B P_DST=$ADDR_A P_SIF=$IFA P_CIF=$IFB P_LO=0 P_WIRE="the veth"; }
+place_lo() { P_SNS="" P_CNS="" P_SS=L P_CS=L P_DST=127.0.0.1 P_SIF=lo P_CIF=lo P_LO=1 P_WIRE=lo; }
+PORT=20000
+P_T=60
+
+# pair WHAT PATTERN S2C C2S DGS DGC CMD ARGS...: CMD as server (-p PORT)
+# and client (-p PORT ADDRESS) as placed; both must exit 0 within P_T s
+# and the client's output match PATTERN.  Then the traffic: the server's
+# interface must have sent S2C bytes more, the client's C2S, and the
+# server's and client's namespaces DGS and DGC UDP datagrams.
+pair() {
+	local what=$1 pat=$2 s2c=$3 c2s=$4 dgs=$5 dgc=$6
+	shift 6
+	local t port=$((PORT++)) srv cli crc src cs0 cc0 cs1 cc1 t0=$SECONDS
+	if ! t=$(tmo $P_T); then
+		bad "$what: not run: the script's time budget (${BUDGET} s) is spent"
+		return 1
+	fi
+	cs0=$(ns_counters "$P_SNS" "$P_SIF")
+	cc0=$(ns_counters "$P_CNS" "$P_CIF")
+	run_in "$P_SNS" "$P_SS" "$t" "$@" -p $port >"$TMP/srv.log" 2>&1 &
+	srv=$!
+	if [ -n "$P_SNS" ]; then ns_wait_listen "$P_SNS" $port; else wait_listen $port; fi || {
+		bad "$what: the server never listened"
+		kill $srv 2>/dev/null
+		wait $srv 2>/dev/null
+		sed 's/^/    srv: /' "$TMP/srv.log" | tail -5
+		return 1
+	}
+	run_in "$P_CNS" "$P_CS" "$t" "$@" -p $port "$P_DST" >"$TMP/cli.log" 2>&1 &
+	cli=$!
+	wait $cli
+	crc=$?
+	[ $crc -ne 0 ] && stop $srv 5
+	wait $srv
+	src=$?
+	if [ $crc -ne 0 ] || [ $src -ne 0 ]; then
+		local why="client rc $crc, server rc $src"
+		[ $crc -eq 124 ] || [ $src -eq 124 ] && why="$why; 124: over its ${t} s"
+		bad "$what ($why, after $((SECONDS - t0)) s)"
+		grep -v ' address: ' "$TMP/cli.log" | sed 's/^/    cli: /' | tail -8
+		grep -v ' address: ' "$TMP/srv.log" | sed 's/^/    srv: /' | tail -8
+		return 1
+	fi
+	if ! grep -qE -- "$pat" "$TMP/cli.log"; then
+		bad "$what: both exited 0, but the client did not say /$pat/:"
+		sed 's/^/    cli: /' "$TMP/cli.log" | tail -8
+		return 1
+	fi
+	ok "$what ($((SECONDS - t0)) s)"
+	cs1=$(ns_counters "$P_SNS" "$P_SIF")
+	cc1=$(ns_counters "$P_CNS" "$P_CIF")
+	traffic "$what" "$cs0" "$cs1" "$cc0" "$cc1" "$s2c" "$c2s" "$dgs" "$dgc"
+}
+
+# traffic WHAT S0 S1 C0 C1 S2C C2S DGS DGC: the check of pair's counters
+# ("TX_BYTES UDP_OUT" before and after, server and client side).  On lo
+# the one interface carries both ways and one namespace sends both sides'
+# datagrams: the sums are checked.
+traffic() {
+	local what=$1 s2c=$6 c2s=$7 dgs=$8 dgc=$9
+	local sb0 su0 sb1 su1 cb0 cu0 cb1 cu1
+	read -r sb0 su0 <<<"$2"
+	read -r sb1 su1 <<<"$3"
+	read -r cb0 cu0 <<<"$4"
+	read -r cb1 cu1 <<<"$5"
+	local ds=$((sb1 - sb0)) dc=$((cb1 - cb0)) us=$((su1 - su0)) uc=$((cu1 - cu0)) msg okay=1
+	if [ "$sb0" -lt 0 ] || [ "$sb1" -lt 0 ] || [ "$cb0" -lt 0 ] || [ "$cb1" -lt 0 ]; then
+		bad "$what: the interface counters could not be read"
+		return 1
+	fi
+	if [ $P_LO = 1 ]; then
+		msg="lo sent $ds bytes (needs >= $((s2c + c2s))), $us UDP datagrams (needs >= $((dgs + dgc)))"
+		[ $ds -ge $((s2c + c2s)) ] && [ $us -ge $((dgs + dgc)) ] || okay=0
+		[ "$SV_UDP_PRIVATE" = 1 ] || msg="$msg; relaxed: this lo is the host's, others' traffic counts too"
+	else
+		msg="$NSA sent $ds bytes (needs >= $s2c) in $us UDP datagrams (needs >= $dgs)"
+		msg="$msg, $NSB sent $dc bytes (needs >= $c2s) in $uc UDP datagrams (needs >= $dgc)"
+		[ $ds -ge "$s2c" ] && [ $dc -ge "$c2s" ] && [ $us -ge "$dgs" ] && [ $uc -ge "$dgc" ] || okay=0
+	fi
+	if [ "$NOCHECK" = 1 ]; then
+		echo "note: $what: traffic not checked (SV_UDP_NO_TRAFFIC_CHECK=1): $msg"
+	elif [ $okay = 1 ]; then
+		ok "$what: its traffic crossed $P_WIRE ($msg)"
+	else
+		bad "$what passed, but its traffic did not cross $P_WIRE as RoCEv2 over UDP: $msg; it went another way (shared memory?)"
+		return 1
+	fi
+}
+
+# ---- the clients ----
+# pingpong TYPE LABEL FLAGS...: ibv_TYPE_pingpong, PP_N messages each way.
+pingpong() {
+	local t=$1 label=$2 size=$PP_SIZE dg=$PP_N
+	shift 2
+	[ "$t" = ud ] && size=1024
+	# srq's 16 QPs send at once: a transport may batch them; one datagram
+	# each way is what it cannot do without.
+	[ "$t" = srq ] && dg=1
+	pair "ibv_${t}_pingpong${*:+ $*}$label" "^$PP_N iters in" $((size * PP_N)) $((size * PP_N)) $dg $dg \
+		"ibv_${t}_pingpong" -g @GID@ -s $size -n $PP_N "$@"
+}
+
+# xsrq LABEL FLAGS...: XRC, 50 messages each way.  Its -c is the number of
+# clients (on the server; see xsrq_two), not a data check; -m 1024 as its
+# default path MTU, 2048, does not fit a 1500-byte Ethernet.
+xsrq() {
+	local label=$1
+	shift
+	pair "ibv_xsrq_pingpong${*:+ $*}$label" "^success" $((4096 * 50)) $((4096 * 50)) 1 1 \
+		ibv_xsrq_pingpong -g @GID@ -m 1024 -n 50 "$@"
+}
+
+# xsrq_two: one server (-c 2) in A, two clients in B, one SRQ for both.
+xsrq_two() {
+	local what="ibv_xsrq_pingpong -c 2 (two clients)" t port=$((PORT++)) srv c1 c2 r1 r2 rs
+	t=$(tmo $P_T) || { bad "$what: not run: the time budget is spent"; return 1; }
+	local cs0 cc0 cs1 cc1
+	cs0=$(ns_counters "$NSA" $IFA)
+	cc0=$(ns_counters "$NSB" $IFB)
+	run_in "$NSA" A "$t" ibv_xsrq_pingpong -g @GID@ -m 1024 -n 20 -c 2 -p $port >"$TMP/srv.log" 2>&1 &
+	srv=$!
+	if ! ns_wait_listen "$NSA" $port; then
+		bad "$what: the server never listened"; kill $srv; wait $srv; return 1
+	fi
+	run_in "$NSB" B "$t" ibv_xsrq_pingpong -g @GID@ -m 1024 -n 20 -p $port $ADDR_A >"$TMP/c1.log" 2>&1 &
+	c1=$!
+	run_in "$NSB" B "$t" ibv_xsrq_pingpong -g @GID@ -m 1024 -n 20 -p $port $ADDR_A >"$TMP/c2.log" 2>&1 &
+	c2=$!
+	wait $c1; r1=$?
+	wait $c2; r2=$?
+	[ $r1 -ne 0 ] || [ $r2 -ne 0 ] && stop $srv 5
+	wait $srv; rs=$?
+	if [ $r1 -ne 0 ] || [ $r2 -ne 0 ] || [ $rs -ne 0 ]; then
+		bad "$what (clients rc $r1/$r2, server rc $rs)"
+		tail -n 4 "$TMP/srv.log" "$TMP/c1.log" "$TMP/c2.log" | sed 's/^/    /'
+		return 1
+	fi
+	ok "$what"
+	cs1=$(ns_counters "$NSA" $IFA)
+	cc1=$(ns_counters "$NSB" $IFB)
+	traffic "$what" "$cs0" "$cs1" "$cc0" "$cc1" $((2 * 20 * 4096)) $((2 * 20 * 4096)) 1 1
+}
+
+# lat NAME: a perftest latency test, PP_N iterations (one message in
+# flight: a datagram each at least), 4 KiB but for the atomics.
+lat() {
+	local t=$1 s=$PP_SIZE
+	case $t in
+	ib_send_lat | ib_write_lat)
+		pair "$t -s $s" '^ +[0-9]+ +[0-9]+ +[0-9.]+' $((s * PP_N)) $((s * PP_N)) $PP_N $PP_N \
+			"$t" -x @GID@ -F -s $s -n $PP_N ;;
+	ib_read_lat)	# the server's memory read: data one way, requests the other
+		pair "$t -s $s" '^ +[0-9]+ +[0-9]+ +[0-9.]+' $((s * PP_N)) 0 $PP_N $PP_N \
+			"$t" -x @GID@ -F -s $s -n $PP_N ;;
+	ib_atomic_lat)
+		pair "$t" '^ +[0-9]+ +[0-9]+ +[0-9.]+' 0 0 $PP_N $PP_N "$t" -x @GID@ -F -n $PP_N ;;
+	esac
+}
+
+# bw NAME N LABEL: a perftest bandwidth test over every size (-a), N
+# iterations each: N * (2 + 4 + ... + 8 MiB) bytes the data's way.
+bw() {
+	local t=$1 n=${2:-} label=${3:-} old=$P_T
+	P_T=120
+	case $t in
+	ib_write_bw | ib_send_bw)
+		pair "$t -a -n $n$label" '^ 8388608 +[0-9]+ +[0-9.]+' 0 $((SWEEP * n)) 1 1 \
+			"$t" -x @GID@ -F -a -n "$n" ;;
+	ib_read_bw)
+		pair "$t -a -n $n$label" '^ 8388608 +[0-9]+ +[0-9.]+' $((SWEEP * n)) 0 1 1 \
+			"$t" -x @GID@ -F -a -n "$n" ;;
+	ib_atomic_bw)	# 8 bytes an operation: only datagrams prove anything
+		pair "$t -n $PP_N$label" '^ +8 +[0-9]+ +[0-9.]+' 0 0 1 1 "$t" -x @GID@ -F -n $PP_N ;;
+	esac
+	local rc=$?
+	P_T=$old
+	return $rc
+}
+
+# qval FILE KEY: qperf's value of KEY (e.g. "4.85 GB", "35,967") as a number.
+qval() {
+	awk -v k="$2" '$1 == k && $2 == "=" {
+		v = $3; gsub(",", "", v); u = $4
+		m = u == "KB" ? 1e3 : u == "MB" ? 1e6 : u == "GB" ? 1e9 : u == "TB" ? 1e12 : u == "thousand" ? 1e3 : u == "million" ? 1e6 : u == "billion" ? 1e9 : 1
+		printf "%d\n", v * m; exit }' "$1"
+}
+
+# qperf's RC tests with the server in A.  qperf 0.4.11 puts no GRH in its
+# address vectors unless it connects through rdma_cm (-cm1), and RoCE
+# needs one; -cm1 serves only RC.  Time-based (-t 1): what moved is what
+# the client reports (-vvs), of which 90% is asked of the wire (qperf
+# rounds to 3 digits).
+qperf_hosts() {
+	local port=19765 srv t rc a2b b2a dga dgb cs0 cc0 cs1 cc1
+	local tq
+	tq=$(tmo 300) || { bad "qperf: not run: the time budget is spent"; return 1; }
+	run_in "$NSA" A "$tq" qperf -lp $port >"$TMP/qsrv.log" 2>&1 &
+	srv=$!
+	if ! ns_wait_listen "$NSA" $port; then
+		bad "qperf: the server never listened"; sed 's/^/    /' "$TMP/qsrv.log" | tail -3; return 1
+	fi
+	for t in rc_lat rc_bw rc_rdma_write_lat rc_rdma_read_bw rc_compare_swap_mr; do
+		tq=$(tmo 30) || { bad "qperf $t: not run: the time budget is spent"; continue; }
+		cs0=$(ns_counters "$NSA" $IFA)
+		cc0=$(ns_counters "$NSB" $IFB)
+		run_in "$NSB" B "$tq" qperf -lp $port -cm1 -t 1 -vvs $ADDR_A $t >"$TMP/q.log" 2>&1
+		rc=$?
+		if [ $rc -ne 0 ] && grep -qiE 'address error|rdma_resolve_addr|ADDR_ERROR' "$TMP/q.log"; then
+			# The one feature missing, not a failure of the data path:
+			# rdma_cm resolves addresses of this host only so far.
+			echo "skipped: qperf -cm1 $t: rdma_cm does not reach other hosts yet"
+			sed 's/^/    cli: /' "$TMP/q.log" | head -2
+			continue
+		fi
+		if [ $rc -ne 0 ] || ! grep -qE '(latency|bw|msg_rate) += +[0-9.]+ ' "$TMP/q.log"; then
+			bad "qperf -cm1 $t (rc $rc)"
+			sed 's/^/    cli: /' "$TMP/q.log" | head -5
+			continue
+		fi
+		ok "qperf -cm1 $t: $(grep -E '^ +(latency|bw|msg_rate) ' "$TMP/q.log" | head -1 | tr -s ' ')"
+		cs1=$(ns_counters "$NSA" $IFA)
+		cc1=$(ns_counters "$NSB" $IFB)
+		a2b=0 b2a=0 dga=1 dgb=1
+		case $t in
+		rc_lat | rc_rdma_write_lat)
+			a2b=$(($(qval "$TMP/q.log" rem_send_bytes) * 9 / 10))
+			b2a=$(($(qval "$TMP/q.log" loc_send_bytes) * 9 / 10))
+			dga=$(($(qval "$TMP/q.log" rem_send_msgs) * 9 / 10))
+			dgb=$(($(qval "$TMP/q.log" loc_send_msgs) * 9 / 10)) ;;
+		rc_bw) b2a=$(($(qval "$TMP/q.log" send_bytes) * 9 / 10)) ;;
+		rc_rdma_read_bw) a2b=$(($(qval "$TMP/q.log" recv_bytes) * 9 / 10)) ;;
+		esac
+		traffic "qperf $t" "$cs0" "$cs1" "$cc0" "$cc1" $a2b $b2a $dga $dgb
+	done
+	echo "skipped: qperf ud_lat, uc_bw: qperf 0.4.11 sets no GRH without -cm1 and -cm1 is RC only, so neither can run on RoCE"
+	kill $srv 2>/dev/null
+	wait $srv 2>/dev/null
+}
+
+# loss_pass NAME...: the named runs again, with SOFTVERBS_FAULT on both
+# sides.  Only reliable transports: a lost UC or UD message is never
+# redelivered, and its pingpong would wait for it forever.  The
+# pingpongs' two ends each exit as soon as their own last completion is
+# in; the other end's last ACK may be lost on the way, and the QP it
+# would answer is then destroyed: a destroyed QP's tombstone answers
+# those retransmissions while its context closes (engine/pkt.c).
+loss_pass() {
+	local n
+	for n in "$@"; do
+		EXTRA_ENV=("SOFTVERBS_FAULT=$FAULT")
+		case $n in
+		rc | srq)
+			pingpong "$n" " (faults)" -c ;;
+		xsrq) xsrq " (faults)" ;;
+		ib_*_bw) bw "$n" "$LOSS_N" " (faults)" ;;
+		*) bad "loss_pass: no run named $n" ;;
+		esac
+	done
+	EXTRA_ENV=()
+}
+
+# capture_check SIDE: SIDE's capture: tshark finds no error, every frame
+# RoCEv2 (UDP to 4791, decoded as InfiniBand) between the two hosts; then
+# icrc_check.py.
+capture_check() {
+	local side=$1 f files
+	files=$(ls "$TMP"/cap-"$side"-*.pcap 2>/dev/null)
+	if [ -z "$files" ]; then
+		if [ "$NOCHECK" = 1 ]; then
+			echo "note: side $side wrote no capture (SV_UDP_NO_TRAFFIC_CHECK=1: not checked)"
+		else
+			bad "capture: side $side wrote no $TMP/cap-$side-PID.pcap (SOFTVERBS_PCAP)"
+		fi
+		return 1
+	fi
+	for f in $files; do
+		local name total ib port addr t
+		name="capture $side ($(basename "$f"), $(stat -c %s "$f") bytes)"
+		if ! t=$(tmo 120); then
+			bad "$name: not checked: the time budget is spent"
+		elif ! command -v tshark >/dev/null; then
+			echo "skipped: $name: tshark is not installed"
+		else
+			if ! timeout "$t" tshark -r "$f" -q -z expert >"$TMP/expert.txt" 2>"$TMP/tshark.err"; then
+				bad "$name: tshark -z expert failed"; sed 's/^/    /' "$TMP/tshark.err" | head -5
+			elif grep -qE '^(Errors|Malformed)|Malformed' "$TMP/expert.txt"; then
+				bad "$name: tshark's expert info has errors:"; sed 's/^/    /' "$TMP/expert.txt" | head -20
+			else
+				ok "$name: tshark -z expert reports no errors"
+			fi
+			timeout "$t" tshark -r "$f" -T fields -E separator=' ' -e frame.protocols -e udp.dstport \
+				-e ip.src -e ip.dst >"$TMP/frames.txt" 2>"$TMP/tshark.err"
+			total=$(wc -l <"$TMP/frames.txt")
+			ib=$(grep -c ':udp:infiniband' "$TMP/frames.txt")
+			port=$(awk '$2 == 4791' "$TMP/frames.txt" | wc -l)
+			addr=$(awk -v a=$ADDR_A -v b=$ADDR_B '($3 == a && $4 == b) || ($3 == b && $4 == a)' \
+				"$TMP/frames.txt" | wc -l)
+			if [ "$total" -gt 0 ] && [ "$ib" -eq "$total" ] && [ "$port" -eq "$total" ] && [ "$addr" -eq "$total" ] &&
+			   ! grep -q malformed "$TMP/frames.txt"; then
+				ok "$name: all $total frames RoCEv2 (UDP to 4791, InfiniBand) between $ADDR_A and $ADDR_B"
+			else
+				bad "$name: $total frames, $ib InfiniBand, $port to UDP 4791, $addr between the hosts"
+				grep -v ':udp:infiniband' "$TMP/frames.txt" | sort | uniq -c | head -5 | sed 's/^/    /'
+			fi
+		fi
+		if [ ! -f "$SV_SOURCE/tests/integration/icrc_check.py" ]; then
+			echo "skipped: $name: ICRC check: $SV_SOURCE/tests/integration/icrc_check.py does not exist yet"
+		elif ! t=$(tmo 120); then
+			bad "$name: ICRC not checked: the time budget is spent"
+		elif timeout "$t" python3 "$SV_SOURCE/tests/integration/icrc_check.py" "$f" >"$TMP/icrc.txt" 2>&1; then
+			ok "$name: icrc_check.py: $(tail -1 "$TMP/icrc.txt")"
+		else
+			bad "$name: icrc_check.py"; sed 's/^/    /' "$TMP/icrc.txt" | tail -8
+		fi
+	done
+}
+
+# gid_of NS IP SIDE: finds SIDE's GID index (GID_SIDE) in NS's table.
+gid_of() {
+	local ns=$1 ip=$2 side=$3 idx where=${1:-this namespace}
+	idx=$(ns_gid_index "$ns" "$ip" "LD_LIBRARY_PATH=$LD_LIBRARY_PATH" SOFTVERBS_LINK_LAYER=roce "${NS_ENV[@]}")
+	if [ -z "$idx" ]; then
+		bad "$where: no RoCE v2 GID ::ffff:$ip in ibv_devinfo -v"
+		${ns:+ip netns exec "$ns"} env "LD_LIBRARY_PATH=$LD_LIBRARY_PATH" SOFTVERBS_LINK_LAYER=roce \
+			ibv_devinfo -v 2>&1 | grep -E 'GID|active_mtu|state' | sed 's/^/    /'
+		return 1
+	fi
+	printf -v "GID_$side" %s "$idx"
+	ok "$where: ::ffff:$ip is GID[$idx] (RoCE v2)"
+	${ns:+ip netns exec "$ns"} env "LD_LIBRARY_PATH=$LD_LIBRARY_PATH" SOFTVERBS_LINK_LAYER=roce \
+		ibv_devinfo -v 2>/dev/null | grep -E 'GID\[|active_mtu' | tr -s '\t ' ' ' | sed "s/^/    $where:/"
+}
+
+# ---- run ----
+for _ in $(seq 60); do [ -e "$SV_BUILD/lib/libibverbs.so.1" ] && break; sleep 1; done
+[ "$NOCHECK" = 1 ] && echo "note: SV_UDP_NO_TRAFFIC_CHECK=1: the traffic is not checked; this run proves nothing about the transport"
+if [ "$SV_UDP_PRIVATE" = 1 ]; then
+	ip link set lo up || bad "lo does not come up in the script's network namespace"
+else
+	PORT=$((19600 + RANDOM % 80))
+	echo "note: no network namespace of its own: the lo checks are relaxed"
+fi
+
+if [ "$SV_UDP_ROOT" = 1 ]; then
+	section "hosts: two namespaces and a veth"
+	ns_sweep svA svB
+	HAVE_NS=1
+	if ns_add "$NSA" && ns_add "$NSB" && ns_veth "$NSA" $IFA $ADDR_A/30 "$NSB" $IFB $ADDR_B/30; then
+		ok "namespaces $NSA ($ADDR_A) and $NSB ($ADDR_B), joined by a veth"
+	else
+		bad "could not make the namespaces and their veth"
+		HAVE_NS=2
+	fi
+	if [ $HAVE_NS = 1 ]; then
+		mtu=$(ip netns exec "$NSA" cat /sys/class/net/$IFA/mtu)
+		routes=$(ip -n "$NSA" route; ip -n "$NSB" route)
+		echo "    routes: $(echo "$routes" | tr '\n' ';')"
+		[ "$(echo "$routes" | grep -c .)" -eq 2 ] || bad "a namespace has routes other than its connected /30"
+		gid_of "$NSA" $ADDR_A A && gid_of "$NSB" $ADDR_B B || HAVE_NS=2
+		for ns in "$NSA" "$NSB"; do
+			am=$(ip netns exec "$ns" env "LD_LIBRARY_PATH=$LD_LIBRARY_PATH" SOFTVERBS_LINK_LAYER=roce \
+				ibv_devinfo -v 2>/dev/null | sed -nE 's/.*active_mtu:[[:space:]]+([0-9]+).*/\1/p' | head -1)
+			[ "${am:-0}" -gt 1024 ] &&
+				echo "note: $ns: the port's active_mtu is $am, the veth's MTU $mtu: RoCEv2 packets of more than 1024 bytes' payload do not fit it (perftest takes active_mtu as its path MTU)"
+		done
+	fi
+fi
+
+if [ "$SV_UDP_ROOT" = 1 ] && [ $HAVE_NS = 1 ]; then
+	place_hosts
+	section "pingpongs between the hosts"
+	for t in rc uc ud srq; do
+		pingpong $t "" -c
+		pingpong $t "" -e -c
+	done
+	xsrq ""
+	xsrq "" -e
+	xsrq_two
+
+	section "perftest between the hosts"
+	for t in ib_send_lat ib_write_lat ib_read_lat ib_atomic_lat; do lat $t; done
+	for t in ib_send_bw ib_write_bw ib_read_bw; do bw $t "$BW_N"; done
+	bw ib_atomic_bw
+
+	section "qperf between the hosts"
+	qperf_hosts
+
+	section "faults ($FAULT) between the hosts"
+	loss_pass rc srq xsrq ib_write_bw ib_read_bw ib_send_bw
+
+	section "capture between the hosts"
+	rm -f "$TMP"/cap-*.pcap
+	EXTRA_ENV=("SOFTVERBS_PCAP=$TMP/cap-@SIDE@-%p.pcap")
+	bw ib_write_bw "$LOSS_N" " (captured)"
+	EXTRA_ENV=()
+	capture_check A
+	capture_check B
+	rm -f "$TMP"/cap-*.pcap
+elif [ "$SV_UDP_ROOT" != 1 ]; then
+	echo "skipped: the two hosts: network namespaces and veths need root"
+fi
+
+section "the UDP transport on lo"
+place_lo
+if gid_of "" 127.0.0.1 L; then
+	EXTRA_ENV=(SOFTVERBS_TRANSPORT=udp)
+	pair "ibv_rc_pingpong -c (lo, SOFTVERBS_TRANSPORT=udp)" "^$PP_N iters in" $((PP_SIZE * PP_N)) \
+		$((PP_SIZE * PP_N)) $PP_N $PP_N ibv_rc_pingpong -g @GID@ -s $PP_SIZE -n $PP_N -c
+	bw ib_write_bw "$LOSS_N" " (lo, SOFTVERBS_TRANSPORT=udp)"
+	EXTRA_ENV=()
+fi
+section ""
+echo "time: all: $SECONDS s"
+finish

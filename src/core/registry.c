@@ -23,6 +23,7 @@
  * so a recycled pid is not mistaken for the process that died.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -146,7 +147,7 @@ static struct reg_flow *flows(void)
 
 static bool qpn_free_locked(uint32_t qpn)
 {
-	uint32_t q = qpn - SV_QPN_BASE;
+	uint32_t q = qpn - sv_qpn_base;
 
 	return q >= reg->n_qpns || !atomic_load_explicit(&qpns()[q].owner, memory_order_relaxed);
 }
@@ -347,6 +348,53 @@ void sv_reg_name(char *buf, size_t len)
 			 SV_REGISTRY_VERSION);
 }
 
+/*
+ * Each user has a registry of its own, so two users' processes would
+ * allocate the same QPNs; a QPN of the other user's would then name one of
+ * this user's QPs, and a connection between them would be made silently
+ * to the wrong QP.  Each user slot allocates from a range of its own, so
+ * that a QPN of another user is known for one (sv_pkt_qp_route says so).
+ * Users whose uids are equal modulo SV_QPN_USERS share a range.
+ */
+uint32_t sv_qpn_base = SV_QPN_BASE;
+
+static void __attribute__((constructor)) qpn_range(void)
+{
+	sv_qpn_base = SV_QPN_BASE + (uint32_t)(getuid() % SV_QPN_USERS) * SV_HOST_MAX_QP;
+}
+
+bool sv_qpn_ours(uint32_t qpn)
+{
+	return qpn - sv_qpn_base < SV_HOST_MAX_QP;
+}
+
+bool sv_reg_other_user(uid_t *uid)
+{
+	char tag[64];
+	bool found = false;
+	DIR *d = opendir("/dev/shm");
+
+	if (!d)
+		return false;
+	int n = snprintf(tag, sizeof(tag), ".n%llu.v%u", (unsigned long long)sv_netns_id(),
+			 SV_REGISTRY_VERSION);
+	for (struct dirent *e; !found && (e = readdir(d));) {
+		const char *at = strstr(e->d_name, tag);
+		struct stat st;
+
+		/* A registry's name ends in the tag (SOFTVERBS_REGISTRY's) or
+		 * in the tag and ".registry" (the default). */
+		if (!at || (at[n] && strcmp(at + n, ".registry")) ||
+		    fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) || !S_ISREG(st.st_mode) ||
+		    st.st_uid == getuid())
+			continue;
+		*uid = st.st_uid;
+		found = true;
+	}
+	closedir(d);
+	return found;
+}
+
 int sv_reg_open(void)
 {
 	struct stat st;
@@ -487,7 +535,7 @@ int sv_reg_qpn_alloc(uint32_t ep, enum ibv_qp_type type, uint32_t *qpn)
 			atomic_store_explicit(&q->owner, ep + 1, memory_order_release);
 			eps()[ep].nqps++;
 			reg->qpn_cursor = (i + 1) % reg->n_qpns;
-			*qpn = SV_QPN_BASE + i;
+			*qpn = sv_qpn_base + i;
 			ret = 0;
 			break;
 		}
@@ -506,12 +554,12 @@ int sv_reg_qpn_alloc(uint32_t ep, enum ibv_qp_type type, uint32_t *qpn)
  */
 int sv_reg_qpn_owner(uint32_t qpn, struct sv_reg_ep_info *out)
 {
-	uint32_t i = qpn - SV_QPN_BASE;
+	uint32_t i = qpn - sv_qpn_base;
 	/* The caller has a context, so the registry is open: no lock here.
 	 * Pairs with the release store in sv_reg_open(). */
 	struct reg_hdr *r = atomic_load_explicit(&reg_pub, memory_order_acquire);
 
-	if (!r || qpn < SV_QPN_BASE || i >= r->n_qpns)
+	if (!r || qpn < sv_qpn_base || i >= r->n_qpns)
 		return ENOENT;
 	uint32_t o = atomic_load_explicit(&qpns()[i].owner, memory_order_acquire);
 	if (!o || o > reg->n_eps)
@@ -526,9 +574,9 @@ int sv_reg_qpn_owner(uint32_t qpn, struct sv_reg_ep_info *out)
 
 void sv_reg_qpn_free(uint32_t qpn)
 {
-	uint32_t i = qpn - SV_QPN_BASE;
+	uint32_t i = qpn - sv_qpn_base;
 
-	if (!reg || qpn < SV_QPN_BASE || i >= reg->n_qpns)
+	if (!reg || qpn < sv_qpn_base || i >= reg->n_qpns)
 		return;
 	reg_lock();
 	uint32_t o = atomic_load_explicit(&qpns()[i].owner, memory_order_relaxed);
@@ -708,10 +756,10 @@ void sv_reg_count_bytes(uint32_t ep, enum sv_copy_path path, uint64_t n)
 
 void sv_reg_qpn_set_state(uint32_t qpn, enum ibv_qp_state state)
 {
-	uint32_t i = qpn - SV_QPN_BASE;
+	uint32_t i = qpn - sv_qpn_base;
 
 	/* Read only by `softverbs status`; no lock, relaxed is enough. */
-	if (reg && qpn >= SV_QPN_BASE && i < reg->n_qpns)
+	if (reg && qpn >= sv_qpn_base && i < reg->n_qpns)
 		atomic_store_explicit(&qpns()[i].state, (uint8_t)state, memory_order_relaxed);
 }
 
@@ -763,7 +811,7 @@ int sv_reg_list_qps(struct sv_reg_qp_info *out, int max)
 		if (!o || o > reg->n_eps)
 			continue;
 		out[n++] = (struct sv_reg_qp_info){
-			SV_QPN_BASE + i, o - 1, eps()[o - 1].pid, q->qp_type,
+			sv_qpn_base + i, o - 1, eps()[o - 1].pid, q->qp_type,
 			atomic_load_explicit(&q->state, memory_order_relaxed) };
 	}
 	reg_unlock();
@@ -786,7 +834,7 @@ const char *sv_reg_check(void)
 			continue;
 		if (o > reg->n_eps || eps()[o - 1].state != SV_EP_LIVE) {
 			snprintf(why, sizeof(why), "QPN 0x%x is owned by free endpoint %u",
-				 SV_QPN_BASE + i, o - 1);
+				 sv_qpn_base + i, o - 1);
 			ret = why;
 		} else {
 			count[o - 1]++;

@@ -185,6 +185,8 @@ void sv_pkt_rx_unlock(struct sv_context *c);
 /* Timers (retransmission, RNR waits): returns when it is next wanted, or
  * 0 when no timer runs. */
 uint64_t sv_pkt_tick(struct sv_context *c, uint64_t now_ns);
+/* The context's endpoint counters, in its segment (core/stats.h). */
+struct sv_pkt_ep_stats *sv_pkt_ep_stats(struct sv_context *c);
 /* Whether packets for qpn are this context's to take (else the link
  * hands them to the QPN's owner on this host). */
 bool sv_pkt_owns(struct sv_context *c, uint32_t qpn);

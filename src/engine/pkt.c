@@ -213,6 +213,7 @@ static struct pkt_ctx *ctx_open(struct sv_context *c, char *why, size_t len)
 		return NULL;
 	}
 	pc->ctx = c;
+	pc->st = &c->seg.h->pkt;
 	pc->ops = &sv_link_udp;
 	pthread_mutex_init(&pc->rx_lock, NULL);
 	pthread_mutex_init(&pc->qps_lock, NULL);
@@ -225,9 +226,16 @@ static struct pkt_ctx *ctx_open(struct sv_context *c, char *why, size_t len)
 		pthread_mutex_destroy(&pc->qps_lock);
 		free(pc);
 		pc = NULL;
+	} else {
+		atomic_store_explicit(&pc->st->on, 1, memory_order_release);
 	}
 	pthread_mutex_unlock(&open_lock);
 	return pc;
+}
+
+struct sv_pkt_ep_stats *sv_pkt_ep_stats(struct sv_context *c)
+{
+	return &c->seg.h->pkt;
 }
 
 static void unhash(struct pkt_ctx *pc, struct pkt_qp *q)
@@ -276,6 +284,7 @@ void sv_pkt_ctx_close(struct sv_context *c)
 		nanosleep(&ts, NULL);
 	}
 	pc->ops->close(pc->link);
+	atomic_store_explicit(&pc->st->on, 0, memory_order_relaxed);
 	for (unsigned i = 0; i < PKT_HASH; i++)
 		while (pc->hash[i]) {
 			struct pkt_qp *q = pc->hash[i];
@@ -318,6 +327,8 @@ static struct pkt_qp *qp_attach(struct sv_qp *qp, char *why, size_t len)
 		free(q);
 		return NULL;
 	}
+	q->st = &qp->sh->pkt;
+	q->st->sport = q->sport;
 	pthread_mutex_lock(&pc->rx_lock);
 	q->hnext = pc->hash[q->qpn % PKT_HASH];
 	pc->hash[q->qpn % PKT_HASH] = q;
@@ -336,6 +347,11 @@ static struct pkt_qp *qp_attach(struct sv_qp *qp, char *why, size_t len)
  * request it saw, the peer's retry period when both ends use the same
  * timeout, as TCP's TIME-WAIT outlives a closed connection.  A closing
  * context waits for its tombstones (sv_pkt_ctx_close), at most 1 s.
+ * Within that time the tombstone also sends its last ACK again, unasked,
+ * at once and twice more a quarter of the way apart (a duplicate ACK is
+ * harmless, IBA 9.7.5.1.2): the peer's retransmission, when the ACK was
+ * lost, can come after the tombstone is gone -- 1.5 timeouts is one
+ * retry, and that retry or its answer may be lost too.
  */
 static bool entomb(struct pkt_qp *q)
 {
@@ -351,9 +367,14 @@ static bool entomb(struct pkt_qp *q)
 	if (now - q->last_rx >= q->linger_ns)
 		return false;
 	q->linger_until = q->last_rx + q->linger_ns;
+	/* The QP's block goes with it: a tombstone counts on its own. */
+	atomic_store_explicit(&q->st->on, 0, memory_order_relaxed);
+	q->st = &q->tomb_st;
 	q->dead = true;
 	q->qp = NULL;
-	q->pc->ops->want_tick(q->pc->link, q->linger_until);
+	q->tomb_acks = 3;
+	q->tomb_ack_at = now;
+	q->pc->ops->want_tick(q->pc->link, now);
 	return true;
 }
 
@@ -364,11 +385,14 @@ void sv_pkt_qp_detach(struct sv_qp *qp)
 	if (!q)
 		return;
 	struct pkt_ctx *pc = q->pc;
+	struct sv_pkt_qp_stats *st = q->st;
 	sv_dbg("qpn 0x%x packets: %llu out, %llu in, %llu rewinds, %llu sequence NAKs, %llu RNR NAKs, "
-	       "%llu duplicates, %llu dropped", q->qpn, (unsigned long long)atomic_load(&q->tx_pkts),
-	       (unsigned long long)atomic_load(&q->rx_pkts), (unsigned long long)atomic_load(&q->retrans),
-	       (unsigned long long)atomic_load(&q->naks_seq), (unsigned long long)atomic_load(&q->rnr_naks),
-	       (unsigned long long)atomic_load(&q->dups), (unsigned long long)atomic_load(&q->drops));
+	       "%llu duplicates, %llu dropped", q->qpn, (unsigned long long)atomic_load(&st->tx_pkts),
+	       (unsigned long long)atomic_load(&st->rx_pkts),
+	       (unsigned long long)atomic_load(&st->retrans),
+	       (unsigned long long)atomic_load(&st->naks_seq),
+	       (unsigned long long)atomic_load(&st->rnr_naks), (unsigned long long)atomic_load(&st->dups),
+	       (unsigned long long)atomic_load(&st->drops));
 	/* Under rx_lock, which every reception and tick holds: once it is
 	 * out of the hash, or a tombstone, nothing of the link's reaches
 	 * the QP. */
@@ -378,8 +402,10 @@ void sv_pkt_qp_detach(struct sv_qp *qp)
 	qp->pq_remote = false;
 	pthread_mutex_unlock(&qp->sq_lock);
 	bool kept = entomb(q);
-	if (!kept)
+	if (!kept) {
+		atomic_store_explicit(&q->st->on, 0, memory_order_relaxed);
 		unhash(pc, q);
+	}
 	pthread_mutex_unlock(&pc->rx_lock);
 	if (!kept)
 		free_pq(pc, q);
@@ -388,6 +414,33 @@ void sv_pkt_qp_detach(struct sv_qp *qp)
 static uint32_t mtu_bytes(enum ibv_mtu m)
 {
 	return m >= IBV_MTU_256 && m <= IBV_MTU_4096 ? 128u << m : 1024u;
+}
+
+/*
+ * Each user's processes share a registry of their own (DESIGN §7: a
+ * process trusts only its own user's), so a QP of another user on this
+ * host is out of reach: its packets would go unanswered, and both sides
+ * would wait out the retry budget in silence.  Each user allocates QPNs
+ * from a range of its own (sv_qpn_base), so a connected QP whose
+ * destination is on this host and outside this user's range fails the
+ * move to RTR at once, when another user runs softverbs here.  Without one
+ * the number is no QP of this host's, as a NIC would not know either.
+ */
+static int other_user(struct sv_qp *qp, const struct ibv_qp_attr *a, int mask, char *why,
+		      size_t len)
+{
+	enum ibv_qp_type type = qp->ex.qp_base.qp_type;
+	uint32_t dest = (mask & IBV_QP_DEST_QPN ? a->dest_qp_num : qp->attr.dest_qp_num) &
+			SV_QPN_MASK;
+	uid_t uid;
+
+	if ((type != IBV_QPT_RC && type != IBV_QPT_UC) || sv_qpn_ours(dest) ||
+	    !sv_reg_other_user(&uid))
+		return 0;
+	snprintf(why, len, "dest_qp_num 0x%x is no QP of user %u's on this host, and user %u runs "
+		 "softverbs here too: processes of two users do not reach each other on one host; "
+		 "run both sides as one user", dest, (unsigned)getuid(), (unsigned)uid);
+	return EINVAL;
 }
 
 int sv_pkt_qp_route(struct sv_qp *qp, const struct ibv_qp_attr *a, int mask, char *why,
@@ -426,6 +479,8 @@ int sv_pkt_qp_route(struct sv_qp *qp, const struct ibv_qp_attr *a, int mask, cha
 		if (roce && !qp_attach(qp, why, len))
 			sv_explain("modify_qp", "qpn 0x%x receives from this host only: %s",
 				   qp->ex.qp_base.qp_num, why);
+		else if (qp->pq)	/* any peer: none named */
+			atomic_store_explicit(&qp->pq->st->on, 1, memory_order_release);
 		if (type == IBV_QPT_UD || !qp->pq)
 			return 0;
 	}
@@ -442,7 +497,7 @@ int sv_pkt_qp_route(struct sv_qp *qp, const struct ibv_qp_attr *a, int mask, cha
 		}
 		if (type != IBV_QPT_XRC_RECV)
 			sv_pkt_qp_detach(qp);
-		return 0;
+		return other_user(qp, a, mask, why, len);
 	}
 	struct pkt_qp *q = qp_attach(qp, why, len);
 	if (!q)
@@ -459,6 +514,10 @@ int sv_pkt_qp_route(struct sv_qp *qp, const struct ibv_qp_attr *a, int mask, cha
 	q->epsn = (mask & IBV_QP_RQ_PSN ? a->rq_psn : qp->attr.rq_psn) & SV_PSN_MASK;
 	q->msn = 0;
 	pkt_resp_reset(q);
+	q->st->dest_qpn = q->dest_qpn;
+	memcpy(q->st->peer, &r.dst, sizeof(q->st->peer));
+	/* Pairs with softverbs status's acquire load: the peer is set. */
+	atomic_store_explicit(&q->st->on, 1, memory_order_release);
 	pthread_mutex_unlock(&q->pc->rx_lock);
 	pthread_mutex_lock(&qp->sq_lock);
 	qp->pq_remote = type != IBV_QPT_XRC_RECV;
@@ -563,7 +622,7 @@ void sv_pkt_rx(struct sv_context *c, const struct sv_link_pkt *p)
 	    !ib_opinfo[bth_op(bth)].name ||
 	    !(ib_opinfo[bth_op(bth)].types & IBT(bth_tr(bth))) ||
 	    p->len < sizeof(*bth) + ib_hdr_len(bth->opcode) + bth_pad(bth)) {
-		atomic_fetch_add_explicit(&pc->drop_bad_hdr, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&pc->st->drop_bad_hdr, 1, memory_order_relaxed);
 		return;
 	}
 	struct pkt_qp *q = pkt_lookup(pc, bth_qpn(bth));
@@ -574,13 +633,13 @@ void sv_pkt_rx(struct sv_context *c, const struct sv_link_pkt *p)
 		return;
 	}
 	if (!q || !transport_ok(q->qp->ex.qp_base.qp_type, bth_tr(bth))) {
-		atomic_fetch_add_explicit(&pc->drop_unknown_qpn, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&pc->st->drop_unknown_qpn, 1, memory_order_relaxed);
 		return;
 	}
 	/* A connected QP takes packets from its peer's address only
 	 * (IBA 9.6.1.5.?: the source must match the QP's destination). */
 	if (q->qp->ex.qp_base.qp_type != IBV_QPT_UD && !same_addr(&q->peer, &p->route.src)) {
-		atomic_fetch_add_explicit(&pc->drop_bad_src, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&pc->st->drop_bad_src, 1, memory_order_relaxed);
 		return;
 	}
 	PKT_COUNT(q, rx_pkts);
@@ -605,9 +664,17 @@ uint64_t sv_pkt_tick(struct sv_context *c, uint64_t now)
 				if (now >= q->linger_until) {
 					unhash(pc, q);
 					free_pq(pc, q);
-				} else if (!next || q->linger_until < next) {
-					next = q->linger_until;
+					continue;
 				}
+				if (q->tomb_acks && now >= q->tomb_ack_at) {
+					pkt_resp_tomb_ack(q);
+					q->tomb_acks--;
+					q->tomb_ack_at = now + q->linger_ns / 4;
+				}
+				uint64_t t = q->tomb_acks && q->tomb_ack_at < q->linger_until ?
+					     q->tomb_ack_at : q->linger_until;
+				if (!next || t < next)
+					next = t;
 				continue;
 			}
 			uint64_t t = pkt_req_tick(q, now);

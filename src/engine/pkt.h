@@ -44,7 +44,8 @@ struct pkt_qp {
 	/* A destroyed RC QP lingers (qp NULL): it acknowledges its peer's
 	 * retransmissions of what it already received, until linger_until. */
 	bool dead;
-	uint64_t last_rx, linger_until, linger_ns;
+	uint8_t tomb_acks;		/* its last ACK, sent again this many times more */
+	uint64_t last_rx, linger_until, linger_ns, tomb_ack_at;
 
 	/* ---- requester: under qp->sq_lock ---- */
 	uint32_t npsn;			/* the next PSN a new WQE takes */
@@ -83,9 +84,10 @@ struct pkt_qp {
 		uint64_t orig;
 	} ares[PKT_ATOMIC_RES];
 	unsigned ares_next;
-	/* Statistics (status, tests): relaxed counters, bumped by the
-	 * requester and the responder alike. */
-	_Atomic uint64_t tx_pkts, rx_pkts, retrans, naks_seq, rnr_naks, dups, drops;
+	/* Statistics (softverbs status, tests): relaxed counters, bumped by
+	 * the requester and the responder alike, in the QP's block of the
+	 * segment (core/stats.h); a tombstone's are its own. */
+	struct sv_pkt_qp_stats *st, tomb_st;
 };
 
 struct pkt_ctx {
@@ -98,8 +100,9 @@ struct pkt_ctx {
 	struct pkt_qp *acks;		/* QPs owing an ACK at the end of this batch */
 	struct pkt_qp **all;
 	uint32_t nall, cap;
-	/* Drops of packets that reached no QP, or failed a check before one. */
-	_Atomic uint64_t drop_unknown_qpn, drop_bad_hdr, drop_bad_src;
+	/* The endpoint's counters, in the context's segment: drops of
+	 * packets that reached no QP, or failed a check before one. */
+	struct sv_pkt_ep_stats *st;
 };
 
 static inline struct pkt_qp *pkt_lookup(struct pkt_ctx *pc, uint32_t qpn)
@@ -134,7 +137,7 @@ void AnnotateIgnoreWritesEnd(const char *file, int line);
 #define PKT_DMA_END()	((void)0)
 #endif
 
-#define PKT_COUNT(q, field) atomic_fetch_add_explicit(&(q)->field, 1, memory_order_relaxed)
+#define PKT_COUNT(q, field) atomic_fetch_add_explicit(&(q)->st->field, 1, memory_order_relaxed)
 
 static inline void pkt_flush(struct pkt_qp *q)
 {
@@ -148,6 +151,8 @@ void pkt_resp_ack(struct pkt_qp *q);
 void pkt_resp_reset(struct pkt_qp *q);
 /* A request for a tombstone (q->dead). */
 void pkt_resp_tomb(struct pkt_qp *q, const struct ib_bth *bth);
+/* A tombstone's last ACK, sent again unasked. */
+void pkt_resp_tomb_ack(struct pkt_qp *q);
 /* pkt_req.c: a response packet for q. */
 void pkt_req_rx(struct pkt_qp *q, const struct ib_bth *bth, const struct sv_link_pkt *p);
 uint64_t pkt_req_tick(struct pkt_qp *q, uint64_t now);

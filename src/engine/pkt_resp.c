@@ -381,6 +381,11 @@ void pkt_resp_tomb(struct pkt_qp *q, const struct ib_bth *bth)
 		want_ack(q, psn_add(q->epsn, SV_PSN_MASK));
 }
 
+void pkt_resp_tomb_ack(struct pkt_qp *q)
+{
+	want_ack(q, psn_add(q->epsn, SV_PSN_MASK));
+}
+
 void pkt_resp_rx(struct pkt_qp *q, const struct ib_bth *bth, const struct sv_link_pkt *p)
 {
 	enum ibv_qp_type type = q->qp->ex.qp_base.qp_type;

@@ -427,6 +427,34 @@ capture_check() {
 	done
 }
 
+# status_check: `softverbs status` in A while ib_write_bw runs from B shows
+# A's UDP endpoint on 4791 with packets in, and its QP with B's address as
+# its peer and packets both ways.
+status_check() {
+	local t port=$((PORT++)) srv cli
+	t=$(tmo 30) || { bad "softverbs status: not run: the time budget is spent"; return 1; }
+	run_in "$NSA" A "$t" ib_write_bw -x @GID@ -F -D 3 -p $port >"$TMP/srv.log" 2>&1 &
+	srv=$!
+	ns_wait_listen "$NSA" $port || { bad "softverbs status: the server never listened"; stop $srv 1; return 1; }
+	run_in "$NSB" B "$t" ib_write_bw -x @GID@ -F -D 3 -p $port $ADDR_A >"$TMP/cli.log" 2>&1 &
+	cli=$!
+	sleep 2
+	run_in "$NSA" A 10 "$SV_BUILD/bin/softverbs" status >"$TMP/status.txt" 2>&1
+	wait $cli
+	wait $srv
+	sed 's/^/    /' "$TMP/status.txt" | grep -A3 -E '^    (UDP endpoints|QPs reached)'
+	if awk '/^UDP endpoints/ {u = 1; next} u && $3 == 4791 && $4 > 0 {f = 1} /^$/ {u = 0} END {exit !f}' "$TMP/status.txt"; then
+		ok "softverbs status: A's UDP endpoint on port 4791, with packets in"
+	else
+		bad "softverbs status: no UDP endpoint on 4791 with packets in:"; sed 's/^/    /' "$TMP/status.txt"
+	fi
+	if awk -v p="$ADDR_B/0x" 'index($2, p) == 1 && $4 > 0 && $5 > 0 {f = 1} END {exit !f}' "$TMP/status.txt"; then
+		ok "softverbs status: A's QP, its peer $ADDR_B and its QPN, packets out and in"
+	else
+		bad "softverbs status: no QP with peer $ADDR_B and packets both ways"
+	fi
+}
+
 # gid_of NS IP SIDE: finds SIDE's GID index (GID_SIDE) in NS's table.
 gid_of() {
 	local ns=$1 ip=$2 side=$3 idx where=${1:-this namespace}
@@ -493,6 +521,7 @@ if [ "$SV_UDP_ROOT" = 1 ] && [ $HAVE_NS = 1 ]; then
 	for t in ib_send_lat ib_write_lat ib_read_lat ib_atomic_lat; do lat $t; done
 	for t in ib_send_bw ib_write_bw ib_read_bw; do bw $t "$BW_N"; done
 	bw ib_atomic_bw
+	status_check
 
 	section "qperf between the hosts"
 	qperf_hosts
@@ -521,6 +550,36 @@ if gid_of "" 127.0.0.1 L; then
 	bw ib_write_bw "$LOSS_N" " (lo, SOFTVERBS_TRANSPORT=udp)"
 	EXTRA_ENV=()
 fi
+# Two users on one host: each user's processes share a registry of their
+# own, so a QP of the other user is beyond reach.  Both sides must say so
+# at once (the move to RTR fails), never wait out the retry budget.
+section "two users on one host"
+if [ "$SV_UDP_ROOT" = 1 ] && [ "$SV_UDP_PRIVATE" = 1 ] && command -v setpriv >/dev/null; then
+	other=/dev/shm/softverbs-65534.n$(stat -L -c %i /proc/self/ns/net).v*.registry
+	timeout 30 env "LD_LIBRARY_PATH=$LD_LIBRARY_PATH" SOFTVERBS_EXPLAIN=1 ib_send_lat -n 20 -p $PORT >"$TMP/srv.log" 2>&1 &
+	srv=$!
+	sleep 0.5
+	start=$SECONDS
+	timeout 30 setpriv --reuid=65534 --regid=65534 --clear-groups env -u SOFTVERBS_REGISTRY \
+		"LD_LIBRARY_PATH=$LD_LIBRARY_PATH" SOFTVERBS_EXPLAIN=1 ib_send_lat -n 20 -p $PORT 127.0.0.1 \
+		>"$TMP/cli.log" 2>&1
+	crc=$?
+	took=$((SECONDS - start))
+	wait $srv
+	src=$?
+	if [ $crc -ne 0 ] && [ $crc -ne 124 ] && [ $src -ne 124 ] && [ $took -le 10 ]; then
+		ok "a root server and a client of user 65534: both fail at once (client rc $crc after ${took} s, server rc $src)"
+	else
+		bad "a root server and a client of user 65534: client rc $crc after ${took} s, server rc $src"
+	fi
+	expect "the client says why" "$TMP/cli.log" "is no QP of user 65534's on this host, and user 0 runs softverbs here too"
+	expect "the server says why" "$TMP/srv.log" "is no QP of user 0's on this host, and user 65534 runs softverbs here too"
+	# shellcheck disable=SC2086
+	rm -f $other
+else
+	echo "skipped: two users on one host: needs root, setpriv and the script's own network namespace"
+fi
+
 section ""
 echo "time: all: $SECONDS s"
 finish

@@ -267,6 +267,21 @@ section "6. hostile packets at a live RC QP"
 port=$((PORT++))
 rm -f "$TMP"/h-*.pcap
 if server "$TMP/h-srv.log" $port SOFTVERBS_EXPLAIN=1 "SOFTVERBS_PCAP=$TMP/h-%p.pcap" -- server; then
+	# softverbs status in A, over and over while the server lives: the
+	# last view of its endpoint that names port 4791 is kept, and all of
+	# them (a QP refused into ERR leaves the table when it is reset).
+	rm -f "$TMP/h-status-all.txt"
+	(
+		while kill -0 "$SRV" 2>/dev/null; do
+			ip netns exec "$NSA" env "LD_LIBRARY_PATH=$LD_LIBRARY_PATH" SOFTVERBS_LINK_LAYER=roce \
+				"$SV_BUILD/bin/softverbs" status >"$TMP/h-status.new" 2>&1
+			awk '/^UDP endpoints/ {u = 1; next} u && $3 == 4791 {f = 1} END {exit !f}' \
+				"$TMP/h-status.new" && cat "$TMP/h-status.new" >>"$TMP/h-status-all.txt" &&
+				mv "$TMP/h-status.new" "$TMP/h-status.txt"
+			sleep 0.2
+		done
+	) &
+	watcher=$!
 	peer "$NSB" 60 "$TMP/h-cli.log" "SOFTVERBS_PCAP=$TMP/h-%p.pcap" -- \
 		hostile --addr $B --server $A --port $port --spoof $B2 --timeout 12 --retry 7
 	r=$?
@@ -279,6 +294,29 @@ if server "$TMP/h-srv.log" $port SOFTVERBS_EXPLAIN=1 "SOFTVERBS_PCAP=$TMP/h-%p.p
 	if finished "hostile server" $r "$TMP/h-srv.log"; then
 		expect "the server survived the barrage, canaries and read-only MR intact" \
 			"$TMP/h-srv.log" "^server: counter 0, canaries intact, read-only MR intact"
+	fi
+	wait $watcher
+	# Each kind of drop is counted where softverbs status shows it: the
+	# endpoint's columns 5 (bad ICRC), 9 (bad header), 10 (unknown QPN)
+	# and 11 (a source other than the QP's peer), and the QP's drops.
+	if [ -s "$TMP/h-status.txt" ]; then
+		sed 's/^/    /' "$TMP/h-status.txt" | grep -A3 -E '^    (UDP endpoints|QPs reached)'
+		for col in "5 bad ICRC" "9 truncated or malformed headers" "10 unknown QPN" \
+			"11 a source other than the QP's peer"; do
+			if awk -v c="${col%% *}" '/^UDP endpoints/ {u = 1; next} u && $3 == 4791 && $c > 0 {f = 1}
+				END {exit !f}' "$TMP/h-status.txt"; then
+				ok "softverbs status counts the drops for ${col#* }"
+			else
+				bad "softverbs status: no drop counted for ${col#* }"
+			fi
+		done
+		if awk -v p="$B/0x" 'index($2, p) == 1 && $NF > 0 {f = 1} END {exit !f}' "$TMP/h-status-all.txt"; then
+			ok "softverbs status counts the attacked QP's drops (sequence, rkey, bounds, access)"
+		else
+			bad "softverbs status: the attacked QP (peer $B) counted no drops"
+		fi
+	else
+		bad "softverbs status never showed the server's UDP endpoint"
 	fi
 	# SOFTVERBS_EXPLAIN names each refusal's cause (DESIGN 8).
 	for want in "is not registered" "is outside rkey 0x[0-9a-f]+'s region" \

@@ -143,18 +143,18 @@ static int churn_checked(_Atomic int32_t *owner)
 		int s = i % 8;
 		if (live[s]) {
 			/* Release the claim before the QPN can be reused. */
-			atomic_store(&owner[live[s]->qp_num - SV_QPN_BASE], 0);
+			atomic_store(&owner[live[s]->qp_num - sv_qpn_base], 0);
 			if (ibv_destroy_qp(live[s]))
 				dups++;
 		}
 		live[s] = fix_qp(f, i % 3 == 0 ? IBV_QPT_UD : IBV_QPT_RC);
 		int32_t zero = 0;
-		if (!atomic_compare_exchange_strong(&owner[live[s]->qp_num - SV_QPN_BASE], &zero,
+		if (!atomic_compare_exchange_strong(&owner[live[s]->qp_num - sv_qpn_base], &zero,
 						    getpid()))
 			dups++;
 	}
 	for (int s = 0; s < 8; s++) {
-		atomic_store(&owner[live[s]->qp_num - SV_QPN_BASE], 0);
+		atomic_store(&owner[live[s]->qp_num - sv_qpn_base], 0);
 		ibv_destroy_qp(live[s]);
 	}
 	fix_teardown((void **)&f);
@@ -195,7 +195,7 @@ static void test_qpn_not_reused_at_once(void **state)
 	fix_setup((void **)&f);
 	struct ibv_qp *a = fix_qp(f, IBV_QPT_RC);
 	uint32_t first = a->qp_num;
-	assert_true(first >= SV_QPN_BASE);
+	assert_true(first >= sv_qpn_base);
 	assert_int_equal(ibv_destroy_qp(a), 0);
 	a = fix_qp(f, IBV_QPT_RC);
 	assert_int_not_equal(a->qp_num, first);

@@ -11,7 +11,9 @@
  *  - a CQ's producer against the owner re-arming it: no event is lost;
  *  - the owner's own threads polling one CQ, and posting to one receive
  *    queue, at once: each completion is returned once, and each WQE is
- *    taken once (the owner-only locks, sv_own_lock).
+ *    taken once (the owner-only locks, sv_own_lock);
+ *  - the bounce mailbox's claim: a late server thread never serves a
+ *    request again.
  * ThreadSanitizer runs this test too.
  */
 #define _GNU_SOURCE
@@ -372,6 +374,44 @@ static void test_owner_threads_share(void **state)
 	assert_int_equal(ibv_destroy_cq(ibcq), 0);
 }
 
+/*
+ * The bounce mailbox's claim (transport/shm/copy.c), step by step as the
+ * interleavings that matter leave it: a server thread read `req`, then
+ * `taken` moved on without it.  Each row is the `taken` it finds, the
+ * `req` it read, and whether it may serve.
+ */
+static void test_bounce_claim(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *what;
+		uint32_t taken, req;
+		bool serves;
+		uint32_t taken_after;
+	} rows[] = {
+		{ "the first request", 0, 1, true, 1 },
+		{ "the next request", 6, 7, true, 7 },
+		{ "served already by another thread", 7, 7, false, 7 },
+		{ "stale: others served it and the next one", 8, 7, false, 8 },
+		{ "stale by many", 100, 7, false, 100 },
+		{ "an initiator died before its request was served", 5, 7, true, 7 },
+		{ "across the wrap of the counter", UINT32_MAX, 0, true, 0 },
+		{ "stale across the wrap", 1, UINT32_MAX, false, 1 },
+	};
+	struct shm_bounce b;
+
+	for (size_t i = 0; i < SV_ARRAY_SIZE(rows); i++) {
+		memset(&b, 0, sizeof(b));
+		atomic_store(&b.taken, rows[i].taken);
+		if (sv_bounce_claim(&b, rows[i].req) != rows[i].serves)
+			fail_msg("%s (taken %u, req %u): claim %s", rows[i].what, rows[i].taken,
+				 rows[i].req, rows[i].serves ? "refused" : "granted");
+		assert_int_equal(atomic_load(&b.taken), rows[i].taken_after);
+		/* A second thread with the same `req` never serves it again. */
+		assert_false(sv_bounce_claim(&b, rows[i].req));
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -380,6 +420,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_rq_consumers, fix_setup, fix_teardown),
 		cmocka_unit_test_setup_teardown(test_arm_races_push, fix_setup, fix_teardown),
 		cmocka_unit_test_setup_teardown(test_owner_threads_share, fix_setup, fix_teardown),
+		cmocka_unit_test(test_bounce_claim),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

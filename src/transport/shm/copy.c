@@ -120,21 +120,33 @@ static void serve(struct shm_hdr *own, struct shm_bounce *b, uint32_t req)
 	syscall(SYS_futex, &b->done, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
+bool sv_bounce_claim(struct shm_bounce *b, uint32_t req)
+{
+	uint32_t taken = atomic_load_explicit(&b->taken, memory_order_relaxed);
+
+	/* Two threads of this process may both see a request pending; the
+	 * one whose compare-and-swap moves `taken` to it serves it.  `taken`
+	 * only moves forward: a thread that read `req` and was then delayed
+	 * while others served that request and the next finds `taken` ahead
+	 * of its `req` and gives up.  Had it claimed (any `taken != req`
+	 * once let it), it moved `taken` back and copied the mailbox while
+	 * the initiator staged a later chunk there: user data corrupted.
+	 * Ahead by more than one is an initiator that died holding the
+	 * mailbox (robust lock) before its request was served: the next
+	 * request is still served. */
+	return (int32_t)(req - taken) > 0 &&
+	       atomic_compare_exchange_strong_explicit(&b->taken, &taken, req, memory_order_relaxed,
+						       memory_order_relaxed);
+}
+
 void sv_bounce_serve(struct shm_hdr *own)
 {
 	struct shm_bounce *b = shm_at(own, own->bounce_off);
 	/* Pairs with the initiator's release store of req: the staged chunk
 	 * and destination list are visible. */
 	uint32_t req = atomic_load_explicit(&b->req, memory_order_acquire);
-	uint32_t taken = atomic_load_explicit(&b->taken, memory_order_relaxed);
 
-	/* Two threads of this process may both see the request pending; the
-	 * one whose compare-and-swap moves `taken` to it serves it.  Without
-	 * the claim both copied, and the late one copied the initiator's next
-	 * chunk over or out of a half-staged mailbox and completed it. */
-	if (req == taken || !atomic_compare_exchange_strong_explicit(&b->taken, &taken, req,
-								      memory_order_relaxed,
-								      memory_order_relaxed))
+	if (!sv_bounce_claim(b, req))
 		return;
 	/* The initiator staged this request only after `done` reached the
 	 * previous one: this acquire pairs with the release store of the

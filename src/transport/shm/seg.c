@@ -528,9 +528,9 @@ void sv_seg_unmap(struct shm_hdr *h)
 
 struct shm_qp *sv_seg_qp(const struct shm_hdr *h, uint32_t qpn)
 {
-	uint32_t i = qpn - SV_QPN_BASE;
+	uint32_t i = qpn - sv_qpn_base;
 
-	if (qpn < SV_QPN_BASE || i >= h->n_qps)
+	if (qpn < sv_qpn_base || i >= h->n_qps)
 		return NULL;
 	/* Pairs with the release store in sv_seg_publish_qp(). */
 	uint64_t off = atomic_load_explicit(&shm_qp_dir(h)[i], memory_order_acquire);
@@ -539,7 +539,7 @@ struct shm_qp *sv_seg_qp(const struct shm_hdr *h, uint32_t qpn)
 
 void sv_seg_publish_qp(struct shm_hdr *h, uint32_t qpn, uint64_t off)
 {
-	atomic_store_explicit(&shm_qp_dir(h)[qpn - SV_QPN_BASE], off, memory_order_release);
+	atomic_store_explicit(&shm_qp_dir(h)[qpn - sv_qpn_base], off, memory_order_release);
 }
 
 /*

@@ -37,8 +37,10 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "../../core/stats.h"
+
 #define SHM_MAGIC	0x4d485653u	/* "SVHM" */
-#define SHM_VERSION	9u
+#define SHM_VERSION	10u
 #define SHM_SEG_SIZE	(256ull << 20)	/* sparse: only touched pages cost memory */
 #define SHM_ALIGN	64u
 
@@ -273,6 +275,7 @@ struct shm_qp {
 	uint32_t pad;
 	uint64_t xrcd;			/* XRC_RECV and XRC SRQ: the XRC domain's id */
 	uint64_t rss_off;		/* raw packet QP with RSS: struct shm_rss, else 0 */
+	struct sv_pkt_qp_stats pkt;	/* across hosts: its peer and packets */
 };
 
 /* An XRC SRQ is published in the QPN directory too, under its SRQ
@@ -489,6 +492,7 @@ struct shm_hdr {
 	uint64_t owner_off;		/* struct shm_owner */
 	uint64_t defer_off;		/* struct shm_defer */
 	uint64_t assist_off;		/* struct shm_assist */
+	struct sv_pkt_ep_stats pkt;	/* the context's packet endpoint */
 	_Atomic uint32_t ready;		/* stored last (release) */
 };
 

@@ -79,7 +79,7 @@ struct sv_link_ep {
 	struct sockaddr_in from[RX_BATCH];
 	char ctl[RX_BATCH][64];
 	/* Statistics. */
-	_Atomic uint64_t rx_pkts, rx_bad_icrc, rx_forwarded, rx_fwd_in, rx_no_owner;
+	struct sv_pkt_ep_stats *st;	/* the context's, in its segment */
 };
 
 static void fwd_name(struct sockaddr_un *a, socklen_t *len, int32_t pid, uint32_t ep)
@@ -144,7 +144,7 @@ static bool forward(struct sv_link_ep *l, const uint8_t *buf, size_t len, const 
 	struct sv_reg_ep_info ep;
 
 	if (sv_reg_qpn_owner(qpn, &ep) || (ep.pid == sv_pid() && ep.index == l->ctx->ep)) {
-		atomic_fetch_add_explicit(&l->rx_no_owner, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&l->st->rx_no_owner, 1, memory_order_relaxed);
 		return false;
 	}
 	struct fwd_hdr h = { r->src, r->dst, r->sport, r->tclass, r->ttl, r->v4, { 0 } };
@@ -157,9 +157,9 @@ static bool forward(struct sv_link_ep *l, const uint8_t *buf, size_t len, const 
 	 * datagrams on an AF_UNIX socket (net.unix.max_dgram_qlen), and a
 	 * burst would be lost there.  SO_SNDTIMEO bounds it. */
 	if (sendmsg(l->fwd, &m, 0) < 0)
-		atomic_fetch_add_explicit(&l->rx_no_owner, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&l->st->rx_no_owner, 1, memory_order_relaxed);
 	else
-		atomic_fetch_add_explicit(&l->rx_forwarded, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&l->st->rx_forwarded, 1, memory_order_relaxed);
 	return true;
 }
 
@@ -176,10 +176,10 @@ static void deliver(struct sv_link_ep *l, const uint8_t *buf, size_t len, const 
 		sv_pcap_write(&f, &v, 1, len);
 	}
 	if (len < sizeof(struct ib_bth) + 4 || !sv_icrc_ok(&f, buf, len)) {
-		atomic_fetch_add_explicit(&l->rx_bad_icrc, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&l->st->rx_bad_icrc, 1, memory_order_relaxed);
 		return;
 	}
-	atomic_fetch_add_explicit(&l->rx_pkts, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&l->st->rx_pkts, 1, memory_order_relaxed);
 	if (!forwarded && !sv_pkt_owns(l->ctx, bth_qpn((const struct ib_bth *)buf)) &&
 	    forward(l, buf, len, r))
 		return;
@@ -226,7 +226,7 @@ static int receive(struct sv_link_ep *l)
 				continue;
 			memcpy(&h, l->bufs[i], sizeof(h));
 			struct sv_route r = { h.src, h.dst, h.sport, h.tclass, h.ttl, h.v4 != 0 };
-			atomic_fetch_add_explicit(&l->rx_fwd_in, 1, memory_order_relaxed);
+			atomic_fetch_add_explicit(&l->st->rx_fwd_in, 1, memory_order_relaxed);
 			deliver(l, l->bufs[i] + sizeof(h), l->msgs[i].msg_len - sizeof(h), &r, true);
 		}
 		n = n > 0 ? n : 0;
@@ -311,6 +311,8 @@ static struct sv_link_ep *link_open(struct sv_context *c, char *why, size_t len)
 		return NULL;
 	}
 	l->ctx = c;
+	l->st = sv_pkt_ep_stats(c);
+	l->st->port = SV_ROCE_PORT;
 	l->sock = l->fwd = l->efd = -1;
 	l->sock = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons(SV_ROCE_PORT) };
@@ -379,9 +381,9 @@ static void kick(struct sv_link_ep *l)
 static void link_close(struct sv_link_ep *l)
 {
 	sv_dbg("udp link: %llu packets in, %llu bad ICRC, %llu forwarded out, %llu forwarded in, "
-	       "%llu without owner", (unsigned long long)l->rx_pkts,
-	       (unsigned long long)l->rx_bad_icrc, (unsigned long long)l->rx_forwarded,
-	       (unsigned long long)l->rx_fwd_in, (unsigned long long)l->rx_no_owner);
+	       "%llu without owner", (unsigned long long)l->st->rx_pkts,
+	       (unsigned long long)l->st->rx_bad_icrc, (unsigned long long)l->st->rx_forwarded,
+	       (unsigned long long)l->st->rx_fwd_in, (unsigned long long)l->st->rx_no_owner);
 	atomic_store(&l->stop, true);
 	kick(l);
 	pthread_join(l->thr, NULL);

@@ -109,6 +109,19 @@ extern __thread char sv_last_why[SV_WHY_LEN];
 /* engine/tm.c: a message arriving at a tag-matching SRQ. */
 enum sv_result sv_tm_deliver(struct sv_qp *qp, const struct sv_swqe *w, struct sv_target *t,
 			     struct shm_wq *wq, const struct iovec *msg, int nmsg, uint64_t len);
+/* The same decision for a message that arrives in packets, at its first:
+ * the receive WQE (a tag's buffer or an ordinary one) in *out, and how
+ * its completion reads.  SV_R_NAK_INV_REQ for a rendezvous message that
+ * would match, whose READ of the sender's memory softverbs makes only on
+ * one host (the why says so). */
+struct sv_tm_recv {
+	uint8_t opcode;			/* enum ibv_wc_opcode */
+	uint32_t wc_flags, imm;
+	uint64_t tag;
+	uint32_t skip;			/* header bytes that do not land */
+};
+enum sv_result sv_tm_take_first(struct sv_target *t, struct shm_wq *wq, const uint8_t *first,
+				size_t first_len, struct shm_rwqe *out, struct sv_tm_recv *how);
 
 
 /* engine/raw.c: a raw packet QP's frame, to every QP whose flow rules

@@ -343,15 +343,14 @@ static struct pkt_qp *qp_attach(struct sv_qp *qp, char *why, size_t len)
  * last ACK may have been lost, and the peer would end in
  * IBV_WC_RETRY_EXC_ERR against a QP that did all it was asked
  * (ibv_rc_pingpong's server and client each exit as soon as their own
- * last completion arrives).  It lasts 1.5 ACK timeouts after the last
- * request it saw, the peer's retry period when both ends use the same
- * timeout, as TCP's TIME-WAIT outlives a closed connection.  A closing
- * context waits for its tombstones (sv_pkt_ctx_close), at most 1 s.
- * Within that time the tombstone also sends its last ACK again, unasked,
- * at once and twice more a quarter of the way apart (a duplicate ACK is
- * harmless, IBA 9.7.5.1.2): the peer's retransmission, when the ACK was
- * lost, can come after the tombstone is gone -- 1.5 timeouts is one
- * retry, and that retry or its answer may be lost too.
+ * last completion arrives).  It lasts (retry_cnt + 1) ACK timeouts after
+ * the last request it saw, the peer's whole retry budget when both ends
+ * use the same attributes, as TCP's TIME-WAIT outlives a closed
+ * connection; a QP that saw nothing within that time needs none.  A
+ * closing context waits for its tombstones (sv_pkt_ctx_close), at most
+ * 1 s.  The tombstone also sends its last ACK again, unasked, at once and
+ * twice more a quarter of its life apart (a duplicate ACK is harmless,
+ * IBA 9.7.5.1.2), so that the peer need not retransmit at all.
  */
 static bool entomb(struct pkt_qp *q)
 {
@@ -361,7 +360,11 @@ static bool entomb(struct pkt_qp *q)
 
 	if ((t != IBV_QPT_RC && t != IBV_QPT_XRC_SEND && t != IBV_QPT_XRC_RECV) || !q->last_rx)
 		return false;
-	q->linger_ns = qp->attr.timeout ? sv_ack_timeout_ns(qp->attr.timeout) * 3 / 2 : 100000000ull;
+	/* The peer's whole retry budget, as this end's attributes tell it:
+	 * its last retransmission may come (retry_cnt + 1) timeouts after
+	 * the request it repeats. */
+	q->linger_ns = qp->attr.timeout ? sv_ack_timeout_ns(qp->attr.timeout) *
+					  (qp->attr.retry_cnt + 1u) : 100000000ull;
 	if (q->linger_ns > 1000000000ull)
 		q->linger_ns = 1000000000ull;
 	if (now - q->last_rx >= q->linger_ns)

@@ -74,6 +74,10 @@ struct pkt_qp {
 		char buf[sizeof(struct shm_rwqe) + SV_MAX_SGE * sizeof(struct ibv_sge)];
 	} rwqe;
 	uint64_t off;			/* bytes of the message placed */
+	/* A SEND into a tag-matching SRQ: its completion, decided at its
+	 * first packet (engine/tm.c). */
+	bool tm;
+	struct sv_tm_recv tm_how;
 	uint64_t wva;			/* WRITE: where the next byte goes */
 	uint32_t wrkey;
 	uint64_t wleft;			/* WRITE: bytes the RETH announced that are still to come */

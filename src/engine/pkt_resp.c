@@ -150,7 +150,7 @@ static void complete_recv(struct pkt_qp *q, struct sv_target *t, enum ibv_wc_opc
 	struct shm_cqe e = {
 		.wr_id = q->rwqe.w.wr_id, .opcode = (uint8_t)op, .byte_len = len,
 		.qp_num = t->wq_num ? t->wq_num : t->qp->qpn, .src_qp = src_qp,
-		.wc_flags = wc_flags, .imm = imm, .solicited = se,
+		.wc_flags = wc_flags, .imm = imm, .solicited = se, .tag = q->tm ? q->tm_how.tag : 0,
 		.slid = sv_config()->link == SV_LINK_IB ? sv_reg_lid(q->qp->ctx->dev->index) : 0,
 	};
 
@@ -599,13 +599,34 @@ void pkt_resp_rx(struct pkt_qp *q, const struct ib_bth *bth, const struct sv_lin
 		goto done;
 	}
 	/* SEND */
-	if (t.rx->srq_off && ((struct shm_wq *)shm_at(t.seg, t.wq_off))->tm_tags) {
-		snprintf(t.why, sizeof(t.why), "qpn 0x%x receives into a tag-matching SRQ, which "
-			 "softverbs serves on this host only", q->qpn);
-		fail(q, &t, NAK_INV_REQ, psn, IBV_WC_SUCCESS, IBV_EVENT_QP_REQ_ERR, "invalid request");
-		return;
-	}
-	if (f & IBH_FIRST) {
+	struct shm_wq *twq = t.rx->srq_off ? shm_at(t.seg, t.wq_off) : NULL;
+	if (twq && !twq->tm_tags)
+		twq = NULL;
+	if ((f & IBH_FIRST) && twq) {
+		/* Tag matching decides at the first packet: its TMH. */
+		if (!q->have_wqe) {
+			enum sv_result r = sv_tm_take_first(&t, twq, data, plen, &q->rwqe.w,
+							    &q->tm_how);
+			if (r == SV_R_RNR) {
+				rnr(q, psn);
+				if (!rc(q))
+					q->epsn = psn_add(psn, 1);
+				return;
+			}
+			if (r != SV_R_OK) {
+				fail(q, &t, NAK_INV_REQ, psn, IBV_WC_SUCCESS, IBV_EVENT_QP_REQ_ERR,
+				     "invalid request");
+				return;
+			}
+			q->have_wqe = q->tm = true;
+		}
+		q->off = 0;
+		if (q->tm) {
+			data += q->tm_how.skip;
+			plen -= q->tm_how.skip;
+		}
+	} else if (f & IBH_FIRST) {
+		q->tm = false;
 		if (!q->have_wqe) {
 			if (sv_resp_take_recv(&t, &q->rwqe.w) != SV_R_OK) {
 				rnr(q, psn);	/* UC: the message is lost */
@@ -648,8 +669,16 @@ void pkt_resp_rx(struct pkt_qp *q, const struct ib_bth *bth, const struct sv_lin
 			flags = IBV_WC_WITH_IMM;
 		}
 		q->msn = psn_add(q->msn, 1);
-		complete_recv(q, &t, IBV_WC_RECV, (uint32_t)q->off, q->dest_qpn, flags, iv,
-			      bth_se(bth), psn);
+		if (q->tm) {
+			t.rcq_off = twq ? twq->cq_off : t.rcq_off;
+			complete_recv(q, &t, (enum ibv_wc_opcode)q->tm_how.opcode, (uint32_t)q->off,
+				      q->dest_qpn, q->tm_how.wc_flags, q->tm_how.imm, bth_se(bth),
+				      psn);
+			q->tm = false;
+		} else {
+			complete_recv(q, &t, IBV_WC_RECV, (uint32_t)q->off, q->dest_qpn, flags, iv,
+				      bth_se(bth), psn);
+		}
 	}
 done:
 	q->epsn = psn_add(psn, 1);

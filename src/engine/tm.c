@@ -25,6 +25,7 @@
 #define _GNU_SOURCE
 #include <endian.h>
 #include <infiniband/tm_types.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "engine.h"
@@ -226,3 +227,43 @@ enum sv_result sv_tm_deliver(struct sv_qp *qp, const struct sv_swqe *w, struct s
 			     .tag = be64toh(h.tmh.tag), .imm = be32toh(h.tmh.app_ctx) };
 	return sv_deliver_wqe(qp, w, t, &rw.w, payload, n, len - sizeof(h.tmh), true, &e);
 }
+
+enum sv_result sv_tm_take_first(struct sv_target *t, struct shm_wq *wq, const uint8_t *first,
+				size_t first_len, struct shm_rwqe *out, struct sv_tm_recv *how)
+{
+	struct tm_hdr h = { 0 };
+	bool matched;
+
+	memcpy(&h, first, first_len < sizeof(h) ? first_len : sizeof(h));
+	bool has_tmh = first_len >= sizeof(h.tmh);
+	bool rndv = first_len >= sizeof(h) && h.tmh.opcode == IBV_TMH_RNDV;
+	bool tagged = (has_tmh && h.tmh.opcode == IBV_TMH_EAGER) || rndv;
+	uint64_t tag = be64toh(h.tmh.tag);
+
+	if (rndv) {
+		/* The tag would be taken, and its payload is to be read from
+		 * the sender by this side's device: across hosts that READ is
+		 * not built, so the message is refused before anything is
+		 * taken (README, "Across hosts, not yet"). */
+		snprintf(t->why, sizeof(t->why), "a rendezvous message (tag 0x%llx) from another "
+			 "host: softverbs reads rendezvous payloads on one host only",
+			 (unsigned long long)tag);
+		return SV_R_NAK_INV_REQ;
+	}
+	enum sv_result r = tm_take(t, wq, tagged, tag, out, &matched);
+	if (r != SV_R_OK)
+		return r;
+	t->rcq_off = wq->cq_off;	/* every completion to the SRQ's CQ */
+	if (!matched) {
+		*how = (struct sv_tm_recv){ .opcode = tagged ? IBV_WC_TM_RECV :
+						      has_tmh && h.tmh.opcode == IBV_TMH_NO_TAG ?
+						      IBV_WC_TM_NO_TAG : IBV_WC_RECV };
+		return SV_R_OK;
+	}
+	*how = (struct sv_tm_recv){ .opcode = IBV_WC_TM_RECV,
+				    .wc_flags = IBV_WC_TM_MATCH | IBV_WC_TM_DATA_VALID,
+				    .tag = tag, .imm = be32toh(h.tmh.app_ctx),
+				    .skip = sizeof(h.tmh) };
+	return SV_R_OK;
+}
+

@@ -111,9 +111,9 @@ enum sv_result sv_tm_deliver(struct sv_qp *qp, const struct sv_swqe *w, struct s
 			     struct shm_wq *wq, const struct iovec *msg, int nmsg, uint64_t len);
 /* The same decision for a message that arrives in packets, at its first:
  * the receive WQE (a tag's buffer or an ordinary one) in *out, and how
- * its completion reads.  SV_R_NAK_INV_REQ for a rendezvous message that
- * would match, whose READ of the sender's memory softverbs makes only on
- * one host (the why says so). */
+ * its completion reads.  SV_R_NAK_INV_REQ for a rendezvous message: the
+ * READ of the sender's memory that a match needs is made on one host
+ * only (t->why says so). */
 struct sv_tm_recv {
 	uint8_t opcode;			/* enum ibv_wc_opcode */
 	uint32_t wc_flags, imm;

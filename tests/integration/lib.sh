@@ -51,14 +51,19 @@ pair() {
 	timeout 120 "$@" -p "$port" localhost >"$TMP/cli.log" 2>&1
 	local crc=$?
 	wait $srv
-	local src=$?
-	if [ $crc -eq 0 ] && [ $src -eq 0 ]; then
-		ok "$what"
+	pair_verdict "$what" $crc $?
+}
+
+# pair_verdict WHAT CLIENT_RC SERVER_RC: ok when both exited 0, else the
+# failure with what each side said last ($TMP/cli.log, $TMP/srv.log).
+pair_verdict() {
+	if [ "$2" -eq 0 ] && [ "$3" -eq 0 ]; then
+		ok "$1"
 		return 0
 	fi
-	bad "$what (client rc $crc, server rc $src)"
-	# The address lines come last (stdout is flushed at exit, after the
-	# error on stderr): show what else each side said.
+	bad "$1 (client rc $2, server rc $3)"
+	# perftest's and the pingpongs' address lines come last (stdout is
+	# flushed at exit, after the error on stderr): what else was said.
 	grep -v ' address: ' "$TMP/cli.log" | sed 's/^/    cli: /' | tail -8
 	grep -v ' address: ' "$TMP/srv.log" | sed 's/^/    srv: /' | tail -8
 	return 1

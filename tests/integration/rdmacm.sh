@@ -70,15 +70,8 @@ cm_pair() {
 			continue
 		fi
 		wait $srv
-		local src=$?
-		if [ $crc -eq 0 ] && [ $src -eq 0 ]; then
-			ok "$what"
-			return 0
-		fi
-		bad "$what (client rc $crc, server rc $src)"
-		sed 's/^/    cli: /' "$TMP/cli.log" | tail -8
-		sed 's/^/    srv: /' "$TMP/srv.log" | tail -8
-		return 1
+		pair_verdict "$what" $crc $?
+		return
 	done
 }
 

@@ -638,8 +638,10 @@ struct sv_rwq_ind {
 #define sv_mw(p)  ((struct sv_mw *)(p))
 #define sv_xrcd(p) ((struct sv_xrcd *)(p))
 
-/* transport/shm/seg.c */
+/* core/registry.c: the file of endpoint ep of process pid. */
 void sv_seg_name(char *buf, size_t len, int32_t pid, uint32_t ep);
+
+/* transport/shm/seg.c */
 int sv_seg_create(struct sv_seg *s, uint32_t ep, uint32_t dev_index);
 struct shm_hdr *sv_seg_map_fd(int fd);
 int sv_seg_await(const struct shm_hdr *t, _Atomic uint32_t *done, uint32_t seq,
@@ -773,7 +775,6 @@ bool sv_assist_serve(struct shm_hdr *own);
 void sv_assist_stop(struct shm_hdr *own);
 
 /* engine/comp.c: completions */
-uint64_t sv_now_ns(void);
 /* Adds a completion to a CQ in segment h; raises the channel event when
  * armed.  Returns false on overrun. */
 bool sv_cq_push(struct shm_hdr *h, struct shm_cq *cq, const struct shm_cqe *e);
@@ -858,10 +859,12 @@ bool sv_keys_own(struct ibv_context *ctx, const char *verb);
 void *sv_pd_alloc(struct sv_pd *pd, size_t size, size_t align, bool *from_app);
 void sv_pd_free(struct sv_pd *pd, void *p, bool from_app);
 
-/* verbs/mr.c */
-/* ODP MRs in this process: copies within the process may then meet
- * unmapped pages and go through the kernel instead of memcpy. */
+/* transport/shm/copy.c, counted by verbs/mr.c: ODP MRs in this process;
+ * copies within the process may then meet unmapped pages and go through
+ * the kernel instead of memcpy. */
 extern atomic_int sv_odp_mrs;
+
+/* verbs/mr.c */
 int sv_mr_check_access(int access, const char **why);
 /* Registers [addr, +length) after the verb's own checks passed. */
 struct ibv_mr *sv_mr_new(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
@@ -952,7 +955,9 @@ int sv_ah_attr_check(const struct sv_device *dev, const struct ibv_ah_attr *ah,
 		     const char **why);
 void sv_ah_release(struct sv_ah *ah);
 
-/* verbs/strings.c */
+/* core/log.c: "EINVAL" for EINVAL, in explanations. */
 const char *sv_errno_name(int err);
+/* core/log.c: CLOCK_MONOTONIC in ns, for timers and explanations. */
+uint64_t sv_now_ns(void);
 
 #endif

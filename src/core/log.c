@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../sv.h"
@@ -128,4 +129,19 @@ void *sv_fail_null(int err, const char *verb, const char *fmt, ...)
 	va_end(ap);
 	errno = err;
 	return NULL;
+}
+
+const char *sv_errno_name(int err)
+{
+	const char *n = strerrorname_np(err);
+
+	return n ? n : "E?";
+}
+
+uint64_t sv_now_ns(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
 }

@@ -395,6 +395,13 @@ bool sv_reg_other_user(uid_t *uid)
 	return found;
 }
 
+/* An endpoint's segment file: named here, beside the registry, which
+ * removes the files of dead processes' endpoints (sweep). */
+void sv_seg_name(char *buf, size_t len, int32_t pid, uint32_t ep)
+{
+	snprintf(buf, len, "/dev/shm/softverbs-%u-seg-%d-%u", (unsigned)getuid(), (int)pid, ep);
+}
+
 int sv_reg_open(void)
 {
 	struct stat st;

@@ -29,14 +29,6 @@ const char *sv_result_name(enum sv_result r)
 	return result_name[r];
 }
 
-uint64_t sv_now_ns(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
-}
-
 void sv_cq_ring_init(struct shm_cqe *ring, uint32_t size, uint32_t used)
 {
 	for (uint32_t i = 0; i < size; i++)

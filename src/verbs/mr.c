@@ -205,8 +205,6 @@ static int check_access(int access, const char *verb)
 	return ret ? sv_fail(ret, verb, "access 0x%x: %s", (unsigned)access, why) : 0;
 }
 
-atomic_int sv_odp_mrs;
-
 /* IBV_ACCESS_ON_DEMAND over the whole address space: rdma-core's implicit
  * ODP MR (addr NULL, length SIZE_MAX). */
 static bool implicit_odp(void *addr, size_t length, unsigned access)

@@ -133,10 +133,3 @@ SV_EXPORT enum ibv_rate mbps_to_ibv_rate(int mbps)
 			return rates[i].rate;
 	return IBV_RATE_MAX;
 }
-
-const char *sv_errno_name(int err)
-{
-	const char *n = strerrorname_np(err);
-
-	return n ? n : "E?";
-}

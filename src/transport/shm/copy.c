@@ -86,6 +86,8 @@ int sv_cma(bool write, int32_t pid, const struct iovec *l, int nl, const struct 
 	return 0;
 }
 
+atomic_int sv_odp_mrs;
+
 /* Within this process memcpy is the one copy -- unless an ODP MR exists,
  * whose pages may be unmapped: then the kernel copies and answers EFAULT
  * where memcpy would crash the process. */

@@ -20,11 +20,6 @@
 
 #include "../../sv.h"
 
-void sv_seg_name(char *buf, size_t len, int32_t pid, uint32_t ep)
-{
-	snprintf(buf, len, "/dev/shm/softverbs-%u-seg-%d-%u", (unsigned)getuid(), (int)pid, ep);
-}
-
 void sv_shm_mutex_init(pthread_mutex_t *m)
 {
 	pthread_mutexattr_t ma;

@@ -566,12 +566,14 @@ fi
 section "two users on one host"
 if [ "$SV_UDP_ROOT" = 1 ] && [ "$SV_UDP_PRIVATE" = 1 ] && command -v setpriv >/dev/null; then
 	other=/dev/shm/softverbs-65534.n$(stat -L -c %i /proc/self/ns/net).v*.registry
-	timeout 30 env "LD_LIBRARY_PATH=$LD_LIBRARY_PATH" SOFTVERBS_EXPLAIN=1 ib_send_lat -n 20 -p $PORT >"$TMP/srv.log" 2>&1 &
+	port=$((PORT++))
+	timeout 30 env "LD_LIBRARY_PATH=$LD_LIBRARY_PATH" SOFTVERBS_EXPLAIN=1 ib_send_lat -n 20 -p $port \
+		>"$TMP/srv.log" 2>&1 &
 	srv=$!
-	sleep 0.5
+	wait_listen $port || bad "two users: the server never listened"
 	start=$SECONDS
 	timeout 30 setpriv --reuid=65534 --regid=65534 --clear-groups env -u SOFTVERBS_REGISTRY \
-		"LD_LIBRARY_PATH=$LD_LIBRARY_PATH" SOFTVERBS_EXPLAIN=1 ib_send_lat -n 20 -p $PORT 127.0.0.1 \
+		"LD_LIBRARY_PATH=$LD_LIBRARY_PATH" SOFTVERBS_EXPLAIN=1 ib_send_lat -n 20 -p $port 127.0.0.1 \
 		>"$TMP/cli.log" 2>&1
 	crc=$?
 	took=$((SECONDS - start))

@@ -197,73 +197,74 @@ static enum sv_result rndv(struct sv_qp *qp, struct sv_target *t, const struct s
 	return r;
 }
 
+/*
+ * The decision both paths make on a message's first bytes (h, of a
+ * message of at least len bytes): the WQE it lands in, and how its
+ * completion reads.  *rndv: a rendezvous message matched a tag, whose
+ * payload is still to be read from the sender.
+ */
+static enum sv_result decide(struct sv_target *t, struct shm_wq *wq, const struct tm_hdr *h,
+			     uint64_t len, struct shm_rwqe *out, struct sv_tm_recv *how, bool *rndv)
+{
+	bool has_tmh = len >= sizeof(h->tmh);
+	bool is_rndv = len >= sizeof(*h) && h->tmh.opcode == IBV_TMH_RNDV;
+	bool tagged = (has_tmh && h->tmh.opcode == IBV_TMH_EAGER) || is_rndv;
+	bool matched;
+
+	t->rcq_off = wq->cq_off;	/* every completion to the SRQ's CQ */
+	enum sv_result r = tm_take(t, wq, tagged, be64toh(h->tmh.tag), out, &matched);
+	if (r != SV_R_OK)
+		return r;
+	*rndv = matched && is_rndv;
+	if (!matched)
+		*how = (struct sv_tm_recv){ .opcode = tagged ? IBV_WC_TM_RECV :
+						      has_tmh && h->tmh.opcode == IBV_TMH_NO_TAG ?
+						      IBV_WC_TM_NO_TAG : IBV_WC_RECV };
+	else
+		*how = (struct sv_tm_recv){ .opcode = IBV_WC_TM_RECV,
+					    .wc_flags = IBV_WC_TM_MATCH | IBV_WC_TM_DATA_VALID,
+					    .tag = be64toh(h->tmh.tag),
+					    .imm = be32toh(h->tmh.app_ctx), .skip = sizeof(h->tmh) };
+	return SV_R_OK;
+}
+
 enum sv_result sv_tm_deliver(struct sv_qp *qp, const struct sv_swqe *w, struct sv_target *t,
 			     struct shm_wq *wq, const struct iovec *msg, int nmsg, uint64_t len)
 {
 	union { struct shm_rwqe w; char buf[sizeof(struct shm_rwqe) + SV_MAX_SGE * sizeof(struct ibv_sge)]; } rw;
 	struct tm_hdr h = { 0 };
-	bool matched;
+	struct sv_tm_recv how;
+	bool rndv_matched;
 
 	gather(msg, nmsg, &h, len < sizeof(h) ? len : sizeof(h));
-	bool has_tmh = len >= sizeof(h.tmh);
-	bool tagged = (has_tmh && h.tmh.opcode == IBV_TMH_EAGER) ||
-		      (len >= sizeof(h) && h.tmh.opcode == IBV_TMH_RNDV);
-	t->rcq_off = wq->cq_off;
-	enum sv_result r = tm_take(t, wq, tagged, be64toh(h.tmh.tag), &rw.w, &matched);
+	enum sv_result r = decide(t, wq, &h, len, &rw.w, &how, &rndv_matched);
 	if (r != SV_R_OK)
 		return r;
-	if (!matched) {
-		struct shm_cqe e = { .opcode = tagged ? IBV_WC_TM_RECV :
-					       has_tmh && h.tmh.opcode == IBV_TMH_NO_TAG ?
-					       IBV_WC_TM_NO_TAG : IBV_WC_RECV };
-		return sv_deliver_wqe(qp, w, t, &rw.w, msg, nmsg, len, true, &e);
-	}
-	if (h.tmh.opcode == IBV_TMH_RNDV)
+	if (rndv_matched)
 		return rndv(qp, t, &rw.w, &h, msg, nmsg, len);
 	struct iovec payload[SV_MAX_SGE + 1];
-	int n = advance(msg, nmsg, sizeof(h.tmh), payload);
-	struct shm_cqe e = { .opcode = IBV_WC_TM_RECV,
-			     .wc_flags = IBV_WC_TM_MATCH | IBV_WC_TM_DATA_VALID,
-			     .tag = be64toh(h.tmh.tag), .imm = be32toh(h.tmh.app_ctx) };
-	return sv_deliver_wqe(qp, w, t, &rw.w, payload, n, len - sizeof(h.tmh), true, &e);
+	int n = advance(msg, nmsg, how.skip, payload);
+	struct shm_cqe e = { .opcode = how.opcode, .wc_flags = how.wc_flags, .tag = how.tag,
+			     .imm = how.imm };
+	return sv_deliver_wqe(qp, w, t, &rw.w, payload, n, len - how.skip, true, &e);
 }
 
 enum sv_result sv_tm_take_first(struct sv_target *t, struct shm_wq *wq, const uint8_t *first,
 				size_t first_len, struct shm_rwqe *out, struct sv_tm_recv *how)
 {
 	struct tm_hdr h = { 0 };
-	bool matched;
+	bool rndv_matched;
 
 	memcpy(&h, first, first_len < sizeof(h) ? first_len : sizeof(h));
-	bool has_tmh = first_len >= sizeof(h.tmh);
-	bool rndv = first_len >= sizeof(h) && h.tmh.opcode == IBV_TMH_RNDV;
-	bool tagged = (has_tmh && h.tmh.opcode == IBV_TMH_EAGER) || rndv;
-	uint64_t tag = be64toh(h.tmh.tag);
-
-	if (rndv) {
-		/* The tag would be taken, and its payload is to be read from
-		 * the sender by this side's device: across hosts that READ is
-		 * not built, so the message is refused before anything is
-		 * taken (README, "Across hosts, not yet"). */
+	if (first_len >= sizeof(h) && h.tmh.opcode == IBV_TMH_RNDV) {
+		/* A match would take the tag, and its payload is to be read
+		 * from the sender by this side's device: across hosts that
+		 * READ is not built, so the message is refused before anything
+		 * is taken (README, "Across hosts, not yet"). */
 		snprintf(t->why, sizeof(t->why), "a rendezvous message (tag 0x%llx) from another "
 			 "host: softverbs reads rendezvous payloads on one host only",
-			 (unsigned long long)tag);
+			 (unsigned long long)be64toh(h.tmh.tag));
 		return SV_R_NAK_INV_REQ;
 	}
-	enum sv_result r = tm_take(t, wq, tagged, tag, out, &matched);
-	if (r != SV_R_OK)
-		return r;
-	t->rcq_off = wq->cq_off;	/* every completion to the SRQ's CQ */
-	if (!matched) {
-		*how = (struct sv_tm_recv){ .opcode = tagged ? IBV_WC_TM_RECV :
-						      has_tmh && h.tmh.opcode == IBV_TMH_NO_TAG ?
-						      IBV_WC_TM_NO_TAG : IBV_WC_RECV };
-		return SV_R_OK;
-	}
-	*how = (struct sv_tm_recv){ .opcode = IBV_WC_TM_RECV,
-				    .wc_flags = IBV_WC_TM_MATCH | IBV_WC_TM_DATA_VALID,
-				    .tag = tag, .imm = be32toh(h.tmh.app_ctx),
-				    .skip = sizeof(h.tmh) };
-	return SV_R_OK;
+	return decide(t, wq, &h, first_len, out, how, &rndv_matched);
 }
-

@@ -106,6 +106,39 @@ SV_EXPORT void softverbs_cm_explain(const char *what, const char *fmt, ...) SV_P
 #define sv_warn(...) sv_log(SV_LOG_WARN, __VA_ARGS__)
 
 /* ------------------------------------------------------------------ */
+/* core/gpu.c: CUDA device memory, through libcuda.so.1 loaded at run time */
+
+/* What registration learns of a device pointer. */
+struct sv_gpu_mem {
+	uint64_t base, size;		/* its allocation */
+	void *ctx;			/* CUcontext */
+	int ordinal;
+	uint8_t uuid[16];		/* the GPU, as other processes find it */
+};
+/* 1: [addr, +len) is CUDA device memory, within one allocation; 0: it is
+ * not (why says how that was found); -errno: device memory that cannot
+ * be registered (why says why). */
+int sv_gpu_probe(const void *addr, size_t len, struct sv_gpu_mem *g, char *why, size_t wlen);
+int sv_gpu_track(const void *addr, size_t len, void *ctx);
+void sv_gpu_untrack(const void *addr, size_t len);
+int sv_gpu_export(const struct sv_gpu_mem *g, void *handle, char *why, size_t wlen);
+/* A peer's allocation by its IPC handle: this process's address of it
+ * (tracked as device memory until sv_gpu_close), or NULL with why. */
+void *sv_gpu_open(const void *handle, const uint8_t uuid[16], uint64_t size, void **ctx,
+		  char *why, size_t wlen);
+void sv_gpu_close(void *base, uint64_t size, void *ctx);
+/* How many device ranges this process names: 0 in every process that
+ * never registered or opened GPU memory, where nothing else is asked. */
+extern atomic_int sv_gpu_ranges;
+static inline bool sv_gpu_active(void)
+{
+	return atomic_load_explicit(&sv_gpu_ranges, memory_order_relaxed) > 0;
+}
+bool sv_gpu_dev_iov(const struct iovec *v, int n);
+/* n bytes, by cuMemcpy when either side is device memory: 0 or EFAULT. */
+int sv_gpu_copy(void *dst, const void *src, size_t n);
+
+/* ------------------------------------------------------------------ */
 /* core/handles.c: the set of live objects                             */
 
 /*
@@ -413,6 +446,7 @@ struct sv_mr {
 	uint64_t iova;
 	int access;
 	uint64_t share_off;		/* struct shm_share in the segment, or 0 */
+	bool gpu;			/* CUDA device memory (core/gpu.c) */
 	bool foreign;			/* imported from another process's context */
 };
 
@@ -661,7 +695,9 @@ const void *sv_defer_next(const struct shm_hdr *h, uint8_t defer);
 const void *sv_defer_next_put(const struct shm_hdr *h);
 void sv_defer_flush(struct shm_hdr *h, struct shm_hdr *own);
 void sv_defer_solo(struct shm_hdr *h, bool solo);
-void sv_copy_iov(const struct iovec *d, int nd, const struct iovec *s, int ns);
+/* memcpy between two scatter lists of equal length, cuMemcpy where one
+ * side is device memory: 0, or EFAULT when the driver refused. */
+int sv_copy_iov(const struct iovec *d, int nd, const struct iovec *s, int ns);
 void sv_seg_unmap(struct shm_hdr *h);
 void sv_seg_destroy(struct sv_seg *s);
 uint64_t sv_seg_alloc(struct sv_seg *s, uint64_t size);
@@ -727,8 +763,8 @@ int sv_copy_from(struct shm_hdr *target, struct shm_hdr *own, const struct iovec
 		 const struct iovec *r, int nr);
 /* The remote iovecs were translated into this process's mapping of the
  * target's shareable memory (transport/shm/direct.c): a plain memcpy. */
-void sv_copy_mapped(struct shm_hdr *own, bool write, const struct iovec *l, int nl,
-		    const struct iovec *r, int nr);
+int sv_copy_mapped(struct shm_hdr *own, bool write, const struct iovec *l, int nl,
+		   const struct iovec *r, int nr);
 
 /* transport/shm/direct.c: shareable memory, mapped by peers */
 /* One line of /proc/self/maps. */
@@ -753,6 +789,20 @@ void *sv_direct_map(const struct shm_hdr *seg, const struct shm_mr *m, uint64_t 
 void sv_bounce_serve(struct shm_hdr *own);
 /* True when this thread is the one to serve request req of mailbox b. */
 bool sv_bounce_claim(struct shm_bounce *b, uint32_t req);
+
+/* transport/shm/gpu_ipc.c: GPU MRs between processes, by CUDA IPC */
+/* Owner: the share entry of a GPU MR (its IPC handle); 0 with why. */
+uint64_t sv_gpu_describe(struct sv_seg *s, const struct sv_gpu_mem *g, const void *addr,
+			 char *why, size_t wlen);
+/* Owner, deregistering: every importer has closed it (or 2 s passed). */
+void sv_gpu_release(struct shm_hdr *h, uint64_t share_off);
+/* Peer: this process's address of va in held GPU MR m of segment seg,
+ * opened once and kept; `via` is the initiator's context segment. */
+void *sv_gpu_map(const struct shm_hdr *seg, const struct shm_mr *m, uint64_t va,
+		 const struct shm_hdr *via, char *why, size_t wlen);
+/* Peer: closes what is no longer registered, or what context `via` opened. */
+void sv_gpu_sweep(void);
+void sv_gpu_forget(const struct shm_hdr *via);
 
 /* transport/shm/assist.c: large CMA copies split with the target */
 /* Copies as sv_copy_to/from do by CMA, with the target's progress thread
@@ -868,7 +918,8 @@ extern atomic_int sv_odp_mrs;
 int sv_mr_check_access(int access, const char **why);
 /* Registers [addr, +length) after the verb's own checks passed. */
 struct ibv_mr *sv_mr_new(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
-			 unsigned access, struct sv_dm *dm, const char *verb);
+			 unsigned access, struct sv_dm *dm, const struct sv_gpu_mem *gpu,
+			 const char *verb);
 /* The shared table entry (shm.h) of an MR or MW key of this context. */
 struct shm_mr *sv_key_entry(struct ibv_context *ctx, uint32_t key);
 /* Clears an entry's key, then waits until no initiator holds it. */

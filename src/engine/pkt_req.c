@@ -201,6 +201,18 @@ static int send_one(struct pkt_qp *q, struct sv_swqe *w, uint32_t k, const struc
 		if (!sv_route_remote(qp->ctx->dev, &w->av, &rt, &why))
 			return EHOSTUNREACH;
 	}
+	/* GPU memory cannot be gathered by the kernel, nor its ICRC taken
+	 * by the CPU: one device-to-host copy into a host buffer, which the
+	 * packet must leave before the next one reuses it. */
+	static __thread uint8_t stage[4096];
+	if (np && sv_gpu_dev_iov(pl, np)) {
+		struct iovec b = { stage, plen };
+		if (plen > sizeof(stage) || sv_copy_iov(&b, 1, pl, np))
+			return EFAULT;
+		int err = pkt_send(q, &rt, hdr, (size_t)(h - hdr), &b, 1, plen);
+		pkt_flush(q);
+		return err;
+	}
 	return pkt_send(q, &rt, hdr, (size_t)(h - hdr), pl, np, plen);
 }
 
@@ -322,6 +334,13 @@ static void transmit(struct pkt_qp *q)
 			break;
 		uint32_t used = 0;
 		int err = send_one(q, w, q->tx_pkt, liov, nl, len, &used);
+		if (err == EFAULT) {
+			wqe_fail(q, w, IBV_WC_LOC_PROT_ERR, "its GPU memory could not be read "
+				 "(cuMemcpy failed: freed?)");
+			q->tx_w++;
+			q->tx_pkt = 0;
+			continue;
+		}
 		if (err == EHOSTUNREACH && !reliable(q)) {
 			/* Lost on an unreliable transport: the WQE still completes. */
 			used = w->npkts - q->tx_pkt;

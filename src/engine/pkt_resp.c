@@ -241,10 +241,11 @@ static void read_respond(struct pkt_qp *q, struct sv_target *t, uint32_t psn, ui
 		return;
 	}
 	uint32_t n = len ? (len + q->mtu - 1) / q->mtu : 1;
-	/* Memory of another process (an imported context's home) or that
-	 * may be unmapped (ODP) goes through a copy; the rest is gathered
-	 * straight into the datagram. */
-	bool copy = t->pid != sv_pid() || (mr && (mr->access & IBV_ACCESS_ON_DEMAND));
+	/* Memory of another process (an imported context's home), that
+	 * may be unmapped (ODP) or that is GPU memory goes through a copy;
+	 * the rest is gathered straight into the datagram. */
+	bool copy = t->pid != sv_pid() ||
+		    (mr && ((mr->access & IBV_ACCESS_ON_DEMAND) || mr->mem != SHM_MEM_HOST));
 	uint8_t buf[4096];
 	for (uint32_t k = 0; k < n; k++) {
 		uint8_t hdr[sizeof(struct ib_bth) + sizeof(struct ib_aeth)];

@@ -88,6 +88,9 @@ static void *progress_main(void *arg)
 		/* Copies and atomics a peer waits for come first. */
 		bool polling = sv_assist_serve(h);
 		sv_bounce_serve(h);
+		/* Pairs with the release store of a deregistering owner. */
+		if (atomic_exchange_explicit(&h->gpu_sweep, 0, memory_order_acquire))
+			sv_gpu_sweep();
 		sv_owner_serve(c);
 		port_events(c);
 		deliver(c, &next);

@@ -193,11 +193,12 @@ static void queue_wr(struct sv_qp *qp, const struct ibv_send_wr *wr)
 	}
 	if (inl) {
 		/* Inline data is copied now: the buffer may be reused as soon
-		 * as post_send returns. */
+		 * as post_send returns.  It may be GPU memory (sv_copy_iov). */
 		char *dst = sv_swqe_inline(qp, w);
 		for (int i = 0; i < wr->num_sge; i++) {
-			memcpy(dst + w->inline_len, (void *)(uintptr_t)wr->sg_list[i].addr,
-			       wr->sg_list[i].length);
+			struct iovec d = { dst + w->inline_len, wr->sg_list[i].length },
+				     s = { (void *)(uintptr_t)wr->sg_list[i].addr, d.iov_len };
+			sv_copy_iov(&d, 1, &s, 1);
 			w->inline_len += wr->sg_list[i].length;
 		}
 		w->num_sge = 0;
@@ -481,7 +482,7 @@ enum sv_result sv_deliver_wqe(struct sv_qp *qp, const struct sv_swqe *w, struct 
 	int err = 0;
 	unsigned flags = w ? wr_info[w->opcode].flags : 0;
 	if (need && t->mapped)
-		sv_copy_mapped(qp->ctx->seg.h, true, src, ns, riov, (int)rw->num_sge);
+		err = sv_copy_mapped(qp->ctx->seg.h, true, src, ns, riov, (int)rw->num_sge);
 	else if (need && !(e->defer = defer(qp, t, rw, held, flags, src, ns, riov, need)))
 		err = sv_copy_to(t->mseg, qp->ctx->seg.h, src, ns, riov, (int)rw->num_sge);
 	if (need)
@@ -563,7 +564,7 @@ static bool helper_atomic(const struct sv_swqe *w, const struct sv_target *t,
 	const struct sv_config *c = sv_config();
 
 	if (t->pid == sv_pid() || mr->kind != SHM_KIND_MR || (mr->access & IBV_ACCESS_ON_DEMAND) ||
-	    c->copy != SV_COPY_AUTO || c->assist == SV_ASSIST_OFF)
+	    mr->mem != SHM_MEM_HOST || c->copy != SV_COPY_AUTO || c->assist == SV_ASSIST_OFF)
 		return false;
 	return sv_assist_atomic(t->mseg, w->opcode, addr, w->compare_add, w->swap, old);
 }
@@ -587,13 +588,15 @@ static enum sv_result do_atomic(struct sv_qp *qp, struct sv_swqe *w, struct sv_t
 	}
 	struct iovec rv = { addr, 8 }, ov = { &old, 8 }, nv = { &new, 8 };
 	/* IBV_ATOMIC_HCA: atomic against every other softverbs atomic on
-	 * this target, which all take this lock. */
+	 * this target, which all take this lock.  On GPU memory that is all
+	 * it is atomic against: the two cuMemcpy calls are no atomic of the
+	 * GPU's, and a kernel writing the word meanwhile can be lost. */
 	sv_shm_lock(&t->mseg->atomic_lock);
 	struct shm_hdr *own = qp->ctx->seg.h;
 	int err = 0;
 	bool done = false;
 	if (t->mapped)
-		sv_copy_mapped(own, false, &ov, 1, &rv, 1);
+		err = sv_copy_mapped(own, false, &ov, 1, &rv, 1);
 	else if (!(done = helper_atomic(w, t, mr, addr, &old)))
 		err = sv_copy_from(t->mseg, own, &ov, 1, &rv, 1);
 	if (!err && !done) {
@@ -602,7 +605,7 @@ static enum sv_result do_atomic(struct sv_qp *qp, struct sv_swqe *w, struct sv_t
 		else
 			new = old == w->compare_add ? w->swap : old;
 		if (new != old && t->mapped)
-			sv_copy_mapped(own, true, &nv, 1, &rv, 1);
+			err = sv_copy_mapped(own, true, &nv, 1, &rv, 1);
 		else if (new != old)
 			err = sv_copy_to(t->mseg, own, &nv, 1, &rv, 1);
 	}
@@ -610,8 +613,9 @@ static enum sv_result do_atomic(struct sv_qp *qp, struct sv_swqe *w, struct sv_t
 	sv_resp_mr_put(t->mseg, mr);
 	if (err)
 		return sv_copy_failed(err, t->pid);
-	memcpy(liov[0].iov_base, &old, 8);
-	return SV_R_OK;
+	/* The original value lands in the local buffer, which may be GPU
+	 * memory. */
+	return sv_copy_iov(liov, 1, &ov, 1) ? SV_R_LOC_PROT : SV_R_OK;
 }
 
 /* C10-15: a UD message is received only with the receiver's Q_Key; a
@@ -661,16 +665,20 @@ enum sv_result sv_wqe_exec_local(struct sv_qp *qp, struct sv_swqe *w)
 static int store_word(struct sv_qp *qp, struct sv_target *t, void *addr, const struct iovec *l)
 {
 	uint64_t v;
-	int err = 0;
+	struct iovec vv = { &v, 8 }, rv = { addr, 8 };
+	int err = sv_copy_iov(&vv, 1, l, 1);	/* the local word may be GPU memory */
 
-	memcpy(&v, l->iov_base, 8);
+	if (err)
+		return err;
 	sv_shm_lock(&t->mseg->atomic_lock);
-	if (t->mapped) {
+	/* GPU memory is written by cuMemcpy, which the lock orders against
+	 * the other softverbs atomics only. */
+	if (t->mapped && !sv_gpu_dev_iov(&rv, 1))
 		__atomic_store_n((uint64_t *)addr, v, __ATOMIC_RELEASE);
-	} else {
-		struct iovec lv = { &v, 8 }, rv = { addr, 8 };
-		err = sv_copy_to(t->mseg, qp->ctx->seg.h, &lv, 1, &rv, 1);
-	}
+	else if (t->mapped)
+		err = sv_copy_mapped(qp->ctx->seg.h, true, &vv, 1, &rv, 1);
+	else
+		err = sv_copy_to(t->mseg, qp->ctx->seg.h, &vv, 1, &rv, 1);
 	sv_shm_unlock(&t->mseg->atomic_lock);
 	return err;
 }
@@ -743,7 +751,7 @@ static enum sv_result execute_remote(struct sv_qp *qp, struct sv_swqe *w, struct
 	if (wi->flags & F_WORD)
 		err = store_word(qp, &t, addr, &liov[0]);
 	else if (len && t.mapped)
-		sv_copy_mapped(own, !read, liov, nl, &rv, 1);
+		err = sv_copy_mapped(own, !read, liov, nl, &rv, 1);
 	else if (len)
 		err = read ? sv_copy_from(t.mseg, own, liov, nl, &rv, 1) :
 			     sv_copy_to(t.mseg, own, liov, nl, &rv, 1);

@@ -198,6 +198,12 @@ static void *direct_map(struct sv_target *t, const struct shm_mr *m, uint64_t va
 {
 	struct sv_map_cache *c = t->cache;
 
+	/* Another process's GPU memory is reached only this way, whatever
+	 * copy path is chosen for host memory; gpu_ipc.c keeps what it
+	 * opened, and closes it when the MR goes. */
+	if (m->mem == SHM_MEM_CUDA)
+		return t->pid == sv_pid() ? NULL :
+		       sv_gpu_map(t->mseg, m, va, t->own, t->why, sizeof(t->why));
 	if (!try_direct(t))
 		return NULL;
 	if (c->mr != m || c->key != atomic_load_explicit(&m->key, memory_order_relaxed) ||
@@ -295,6 +301,11 @@ enum sv_result sv_resp_mr_get(struct sv_target *t, uint32_t rkey, uint64_t va, u
 	void *local = direct_map(t, region, tva);
 	t->mapped = local != NULL;
 	*addr = local ? local : (void *)(uintptr_t)tva;
+	if (!local && region->mem == SHM_MEM_CUDA && t->pid != sv_pid()) {
+		*mr = NULL;
+		sv_resp_mr_put(t->mseg, m);
+		return SV_R_NAK_OP;	/* t->why: what CUDA answered */
+	}
 	return SV_R_OK;
 }
 
@@ -355,12 +366,25 @@ enum sv_result sv_resp_recv_iov(struct sv_target *t, const struct shm_rwqe *w, s
 		iov[i].iov_base = (void *)(uintptr_t)(m->addr + (s->addr - m->iova));
 		*cap += s->length;
 	}
-	/* All of the buffer mapped here, or none of it. */
+	/* All of the buffer mapped here, or none of it.  Another process's
+	 * GPU memory can only be mapped, so a buffer with some must be. */
 	void *local[SV_MAX_SGE];
-	t->mapped = try_direct(t);
+	bool gpu = false;
+	for (uint32_t i = 0; i < w->num_sge; i++)
+		gpu |= w->sge[i].length && held[i]->mem == SHM_MEM_CUDA;
+	gpu &= t->pid != sv_pid();
+	t->mapped = try_direct(t) || gpu;
 	for (uint32_t i = 0; i < w->num_sge && t->mapped; i++) {
 		local[i] = w->sge[i].length ? direct_map(t, held[i], (uintptr_t)iov[i].iov_base) : NULL;
 		t->mapped = !w->sge[i].length || local[i];
+	}
+	if (gpu && !t->mapped) {
+		if (!t->why[0])
+			snprintf(t->why, sizeof(t->why), "receive wr_id 0x%llx mixes GPU memory with "
+				 "private host memory of pid %d, which softverbs cannot reach in one copy",
+				 (unsigned long long)w->wr_id, (int)t->pid);
+		sv_resp_recv_put(t, w, held);
+		return SV_R_NAK_OP;
 	}
 	for (uint32_t i = 0; i < w->num_sge && t->mapped; i++)
 		if (w->sge[i].length)

@@ -40,7 +40,8 @@ static void gather(const struct iovec *msg, int nmsg, void *buf, size_t n)
 {
 	for (int i = 0; i < nmsg && n; i++) {
 		size_t k = msg[i].iov_len < n ? msg[i].iov_len : n;
-		memcpy(buf, msg[i].iov_base, k);
+		struct iovec d = { buf, k };
+		sv_copy_iov(&d, 1, &msg[i], 1);	/* the sender's buffer may be GPU memory */
 		buf = (char *)buf + k;
 		n -= k;
 	}

@@ -197,6 +197,7 @@ static void context_free(struct sv_context *c)
 	struct ibv_context *ctx = &c->vctx.context;
 
 	sv_progress_stop(c);
+	sv_gpu_forget(c->seg.h);	/* peers' GPU memory it opened */
 	release_objects(ctx);
 	sv_pkt_ctx_close(c);	/* after its QPs left it */
 	sv_reg_ep_detach(c->ep);

@@ -173,7 +173,7 @@ struct ibv_mr *sv_reg_dm_mr(struct ibv_pd *pd, struct ibv_dm *d, uint64_t off, s
 		return sv_fail_null(EINVAL, verb, "[%llu, +%zu) is not inside the %llu bytes of "
 				    "device memory", (unsigned long long)off, length,
 				    (unsigned long long)dm->len);
-	return sv_mr_new(pd, dm->base + off, length, 0, access, dm, verb);
+	return sv_mr_new(pd, dm->base + off, length, 0, access, dm, NULL, verb);
 }
 
 void sv_dm_release_all(struct ibv_context *ctx)

@@ -6,6 +6,10 @@
  * otherwise, as get_user_pages would), checks the access
  * flags as the spec says, and hands out an lkey/rkey from the context's
  * key table.  Deregistration revokes the key before it returns.
+ *
+ * CUDA device memory registers too, as nvidia-peermem lets it on
+ * hardware (core/gpu.c): its bytes are moved by cuMemcpy only, and other
+ * processes reach it by CUDA IPC (transport/shm/gpu_ipc.c).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -84,6 +88,7 @@ static void mr_publish(struct sv_mr *mr)
 {
 	struct shm_mr *e = mr_entry(mr);
 
+	e->mem = mr->gpu ? SHM_MEM_CUDA : SHM_MEM_HOST;
 	e->addr = (uintptr_t)mr->ibmr.addr;
 	e->length = mr->ibmr.length;
 	e->iova = mr->iova;
@@ -100,6 +105,8 @@ static void mr_describe(struct sv_mr *mr)
 {
 	struct sv_context *c = sv_ctx(mr->ibmr.context);
 
+	if (mr->gpu)
+		return;		/* its CUDA IPC handle, described at creation */
 	if (mr->share_off)
 		sv_seg_free(&c->seg, mr->share_off, sizeof(struct shm_share));
 	mr->share_off = mr->access & IBV_ACCESS_ON_DEMAND ? 0 :
@@ -175,26 +182,48 @@ static bool vma_writable(const struct sv_vma *v, void *arg)
 	return v->perms[1] == 'w';
 }
 
-static int check_writable(void *addr, size_t length, int access, const char *verb)
+/* `gpu`: why the range is no GPU memory either, where that was asked. */
+static int check_writable(void *addr, size_t length, int access, const char *verb,
+			  const char *gpu)
 {
 	/* A maps file that cannot be read proves nothing: the copies still
 	 * fail cleanly. */
 	if (writes(access) && !(access & IBV_ACCESS_ON_DEMAND) &&
 	    !sv_vma_walk(addr, length, vma_writable, NULL))
 		return sv_fail(EFAULT, verb, "[%p, +%zu) is not all writable memory, and access 0x%x "
-			       "lets it be written", addr, length, (unsigned)access);
+			       "lets it be written%s%s", addr, length, (unsigned)access,
+			       gpu && *gpu ? "; " : "", gpu ? gpu : "");
 	return 0;
 }
 
-static int check_range(void *addr, size_t length, int access, const char *verb)
+static int check_range(void *addr, size_t length, int access, const char *verb, const char *gpu)
 {
 	if (!length)
 		return sv_fail(EINVAL, verb, "length is 0");
 	if ((uintptr_t)addr + length < (uintptr_t)addr)
 		return sv_fail(EINVAL, verb, "addr %p + length %zu wraps around", addr, length);
 	if (!range_mapped(addr, length))
-		return sv_fail(EFAULT, verb, "[%p, +%zu) is not all mapped memory", addr, length);
-	return check_writable(addr, length, access, verb);
+		return sv_fail(EFAULT, verb, "[%p, +%zu) is not all mapped memory%s%s", addr, length,
+			       gpu && *gpu ? "; " : "", gpu ? gpu : "");
+	return check_writable(addr, length, access, verb, gpu);
+}
+
+/* 1: GPU memory, registrable (g filled); 0: not GPU memory (why says how
+ * that was found); -1: failed, errno set. */
+static int probe_gpu(void *addr, size_t length, unsigned access, struct sv_gpu_mem *g,
+		     char *why, size_t wlen, const char *verb)
+{
+	if (!length || (uintptr_t)addr + length < (uintptr_t)addr)
+		return 0;	/* check_range says what is wrong */
+	int gpu = sv_gpu_probe(addr, length, g, why, wlen);
+	if (gpu < 0)
+		return sv_fail(-gpu, verb, "[%p, +%zu): %s", addr, length, why), -1;
+	/* nvidia-peermem pins GPU pages; there is no on-demand paging of
+	 * device memory to register. */
+	if (gpu && (access & IBV_ACCESS_ON_DEMAND))
+		return sv_fail(EOPNOTSUPP, verb, "[%p, +%zu) is GPU memory, which cannot be registered "
+			       "with IBV_ACCESS_ON_DEMAND", addr, length), -1;
+	return gpu;
 }
 
 static int check_access(int access, const char *verb)
@@ -216,31 +245,72 @@ SV_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t 
 					  uint64_t iova, unsigned int access)
 {
 	const char *verb = "ibv_reg_mr";
-	int ret;
+	struct sv_gpu_mem g = { 0 };
+	char why[200] = "";
+	int ret, gpu = 0;
 
 	if (!sv_pd_of(pd, NULL, verb))
 		return NULL;
 	ret = check_access((int)access, verb);
+	if (!ret && !implicit_odp(addr, length, access)) {
+		gpu = probe_gpu(addr, length, access, &g, why, sizeof(why), verb);
+		if (gpu < 0)
+			return NULL;
+	}
 	/* Nothing is ever pinned, so on-demand paging is what every MR
 	 * already is; an ODP MR only skips the proof that its pages are
 	 * mapped now, and its accesses fail cleanly when they are not. */
-	if (!ret && !implicit_odp(addr, length, access)) {
+	if (!ret && !gpu && !implicit_odp(addr, length, access)) {
 		if (access & IBV_ACCESS_ON_DEMAND) {
 			if (!length || (uintptr_t)addr + length < (uintptr_t)addr)
 				ret = sv_fail(EINVAL, verb, "addr %p length %zu is not a range", addr,
 					      length);
 		} else {
-			ret = check_range(addr, length, (int)access, verb);
+			ret = check_range(addr, length, (int)access, verb, why);
 		}
 	}
 	if (ret)
 		return NULL;
 	return sv_mr_new(pd, addr, length, access & IBV_ACCESS_ZERO_BASED ? 0 : iova, access,
-			 NULL, verb);
+			 NULL, gpu ? &g : NULL, verb);
+}
+
+/* A GPU MR's device range is known to the copy layer, and its IPC
+ * handle is in the segment for peers. */
+static int gpu_attach(struct sv_mr *mr, const struct sv_gpu_mem *g, const char *verb)
+{
+	struct sv_context *c = sv_ctx(mr->ibmr.context);
+	char why[200];
+
+	mr->share_off = sv_gpu_describe(&c->seg, g, mr->ibmr.addr, why, sizeof(why));
+	if (!mr->share_off)
+		return sv_fail(EFAULT, verb, "GPU memory [%p, +%zu): %s", mr->ibmr.addr,
+			       mr->ibmr.length, why);
+	if (sv_gpu_track(mr->ibmr.addr, mr->ibmr.length, g->ctx)) {
+		sv_seg_free(&c->seg, mr->share_off, sizeof(struct shm_share));
+		return sv_fail(ENOMEM, verb, "out of memory");
+	}
+	mr->gpu = true;
+	return 0;
+}
+
+/* After the key is revoked: no peer holds the range open any more. */
+static void gpu_detach(struct sv_mr *mr)
+{
+	struct sv_context *c = sv_ctx(mr->ibmr.context);
+
+	if (!mr->gpu)
+		return;
+	sv_gpu_release(c->seg.h, mr->share_off);
+	sv_gpu_untrack(mr->ibmr.addr, mr->ibmr.length);
+	sv_seg_free(&c->seg, mr->share_off, sizeof(struct shm_share));
+	mr->share_off = 0;
+	mr->gpu = false;
 }
 
 struct ibv_mr *sv_mr_new(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
-			 unsigned access, struct sv_dm *dm, const char *verb)
+			 unsigned access, struct sv_dm *dm, const struct sv_gpu_mem *gpu,
+			 const char *verb)
 {
 	struct sv_context *c = sv_ctx(pd->context);
 	struct sv_mr *mr;
@@ -251,7 +321,15 @@ struct ibv_mr *sv_mr_new(struct ibv_pd *pd, void *addr, size_t length, uint64_t 
 	mr = calloc(1, sizeof(*mr));
 	if (!mr)
 		return sv_fail_null(ENOMEM, verb, "out of memory");
+	mr->ibmr.addr = addr;
+	mr->ibmr.length = length;
+	mr->ibmr.context = pd->context;
+	if (gpu && gpu_attach(mr, gpu, verb)) {
+		free(mr);
+		return NULL;
+	}
 	if (sv_keytab_alloc(&c->mrs, mr, SHM_KIND_MR, &key)) {
+		gpu_detach(mr);
 		free(mr);
 		return sv_fail_null(ENOMEM, verb, "the context has max_mr=%d MRs already", SV_MAX_MR);
 	}
@@ -268,6 +346,7 @@ struct ibv_mr *sv_mr_new(struct ibv_pd *pd, void *addr, size_t length, uint64_t 
 	mr->dm = dm;
 	if (sv_obj_add(mr, SV_OBJ_MR, pd->context)) {
 		sv_keytab_free(&c->mrs, key);
+		gpu_detach(mr);
 		free(mr);
 		return sv_fail_null(ENOMEM, verb, "out of memory");
 	}
@@ -278,7 +357,8 @@ struct ibv_mr *sv_mr_new(struct ibv_pd *pd, void *addr, size_t length, uint64_t 
 		atomic_fetch_add(&sv_odp_mrs, 1);
 	mr_describe(mr);
 	mr_publish(mr);
-	sv_dbg("reg_mr %p len %zu access 0x%x -> key 0x%x", addr, length, access, key);
+	sv_dbg("reg_mr %p len %zu access 0x%x%s -> key 0x%x", addr, length, access,
+	       gpu ? " (GPU memory)" : "", key);
 	return &mr->ibmr;
 }
 
@@ -296,8 +376,14 @@ SV_EXPORT struct ibv_mr *ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t l
 SV_EXPORT struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t length,
 					   uint64_t iova, int fd, int access)
 {
-	(void)pd; (void)offset; (void)length; (void)iova; (void)fd; (void)access;
-	return sv_fail_null(EOPNOTSUPP, "ibv_reg_dmabuf_mr", "dma-buf memory is not supported yet");
+	(void)pd; (void)offset; (void)length; (void)iova; (void)access;
+	/* softverbs moves bytes itself, and cannot reach a dma-buf's from
+	 * user space: NVIDIA's exporter refuses mmap, the CUDA driver API
+	 * maps no fd back to a device pointer, and CMA cannot reach
+	 * PFN-mapped memory (README, "GPU memory"). */
+	return sv_fail_null(EOPNOTSUPP, "ibv_reg_dmabuf_mr", "fd %d: softverbs cannot reach a "
+			    "dma-buf's bytes from user space; register a CUDA device pointer with "
+			    "ibv_reg_mr instead", fd);
 }
 
 /* An MR imported from another process's context: ibv_dereg_mr destroys
@@ -331,6 +417,7 @@ static void mr_free(void *obj)
 		atomic_fetch_sub(&mr->dm->users, 1);
 	if (mr->access & IBV_ACCESS_ON_DEMAND)
 		atomic_fetch_sub(&sv_odp_mrs, 1);
+	gpu_detach(mr);
 	if (mr->share_off)
 		sv_seg_free(&sv_ctx(mr->ibmr.context)->seg, mr->share_off, sizeof(struct shm_share));
 	free(mr);
@@ -371,6 +458,10 @@ SV_EXPORT int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd, vo
 	if (mr->dm)
 		return sv_fail(EINVAL, verb, "MR key 0x%x is on device memory; register it anew "
 			       "with ibv_reg_dm_mr instead", ibmr->lkey), REREG_ERR_INPUT;
+	if (mr->gpu)
+		return sv_fail(EOPNOTSUPP, verb, "MR key 0x%x is GPU memory, which softverbs does "
+			       "not reregister; deregister it and register anew", ibmr->lkey),
+		       REREG_ERR_INPUT;
 	if (!flags || (flags & ~(IBV_REREG_MR_FLAGS_SUPPORTED)))
 		return sv_fail(EINVAL, verb, "flags 0x%x: need one or more of CHANGE_TRANSLATION, "
 			       "CHANGE_PD, CHANGE_ACCESS", (unsigned)flags), REREG_ERR_INPUT;
@@ -382,10 +473,10 @@ SV_EXPORT int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd, vo
 	if ((flags & IBV_REREG_MR_CHANGE_ACCESS) && check_access(access, verb))
 		return REREG_ERR_CMD;
 	int eff = flags & IBV_REREG_MR_CHANGE_ACCESS ? access : (int)mr->access;
-	if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && check_range(addr, length, eff, verb))
+	if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && check_range(addr, length, eff, verb, NULL))
 		return REREG_ERR_CMD;
 	if (!(flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (flags & IBV_REREG_MR_CHANGE_ACCESS) &&
-	    check_writable(ibmr->addr, ibmr->length, eff, verb))
+	    check_writable(ibmr->addr, ibmr->length, eff, verb, NULL))
 		return REREG_ERR_CMD;
 	/* Every check passed: apply all changes, none partially, with the
 	 * key revoked meanwhile so that no peer sees half of them. */

@@ -14,6 +14,7 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -23,17 +24,23 @@
 #include "../../sv.h"
 
 /* memcpy between two scatter lists of equal total length. */
-void sv_copy_iov(const struct iovec *d, int nd, const struct iovec *s, int ns)
+int sv_copy_iov(const struct iovec *d, int nd, const struct iovec *s, int ns)
 {
 	size_t doff = 0, soff = 0;
-	int di = 0, si = 0;
+	int di = 0, si = 0, err = 0;
+	/* Only a process that named GPU memory asks where each piece is. */
+	bool gpu = sv_gpu_active();
 
 	while (di < nd && si < ns) {
 		size_t n = d[di].iov_len - doff;
 		if (s[si].iov_len - soff < n)
 			n = s[si].iov_len - soff;
-		if (n)	/* an empty SGE may have no address */
-			memcpy((char *)d[di].iov_base + doff, (const char *)s[si].iov_base + soff, n);
+		char *dp = (char *)d[di].iov_base + doff;
+		const char *sp = (const char *)s[si].iov_base + soff;
+		if (n && gpu)	/* an empty SGE may have no address */
+			err |= sv_gpu_copy(dp, sp, n);
+		else if (n)
+			memcpy(dp, sp, n);
 		doff += n;
 		soff += n;
 		if (doff == d[di].iov_len)
@@ -41,6 +48,7 @@ void sv_copy_iov(const struct iovec *d, int nd, const struct iovec *s, int ns)
 		if (soff == s[si].iov_len)
 			si++, soff = 0;
 	}
+	return err;
 }
 
 /* Advances an iovec array past n bytes, in place. */
@@ -241,19 +249,79 @@ static void count(struct shm_hdr *own, enum sv_copy_path path, const struct iove
 		sv_reg_count_bytes(own->ep, path, iov_len(l, nl));
 }
 
-void sv_copy_mapped(struct shm_hdr *own, bool write, const struct iovec *l, int nl,
-		    const struct iovec *r, int nr)
+int sv_copy_mapped(struct shm_hdr *own, bool write, const struct iovec *l, int nl,
+		   const struct iovec *r, int nr)
 {
-	if (write)
-		sv_copy_iov(r, nr, l, nl);
-	else
-		sv_copy_iov(l, nl, r, nr);
-	count(own, SV_PATH_DIRECT, l, nl);
+	int err = write ? sv_copy_iov(r, nr, l, nl) : sv_copy_iov(l, nl, r, nr);
+
+	if (!err)
+		count(own, SV_PATH_DIRECT, l, nl);
+	return err;
+}
+
+/*
+ * This process's GPU memory and another process's private host memory:
+ * CMA cannot read or write device memory, so the bytes go through a host
+ * buffer, one cuMemcpy and one CMA call per chunk.  The one path with two
+ * copies; a peer's GPU memory, and shareable host memory, are mapped
+ * here and take one.
+ */
+#define GPU_STAGE (1u << 20)
+
+static pthread_key_t stage_key;
+static pthread_once_t stage_once = PTHREAD_ONCE_INIT;
+
+static void stage_init(void)
+{
+	pthread_key_create(&stage_key, free);
+}
+
+static int gpu_staged(bool write, int32_t pid, const struct iovec *l, int nl,
+		      const struct iovec *r, int nr)
+{
+	struct iovec ls[SV_MAX_SGE + 2], rs[SV_MAX_SGE + 2];
+	size_t total = iov_len(l, nl);
+	int err = 0;
+
+	pthread_once(&stage_once, stage_init);
+	char *stage = pthread_getspecific(stage_key);
+	if (!stage) {
+		if (!(stage = malloc(GPU_STAGE)))
+			return ENOMEM;
+		pthread_setspecific(stage_key, stage);
+	}
+	for (size_t off = 0; off < total && !err; off += GPU_STAGE) {
+		size_t len = total - off < GPU_STAGE ? total - off : GPU_STAGE;
+		struct iovec b = { stage, len };
+		int a = sv_iov_slice(l, nl, off, len, ls), c = sv_iov_slice(r, nr, off, len, rs);
+		if (write) {
+			err = sv_copy_iov(&b, 1, ls, a);
+			if (!err)
+				err = sv_cma(true, pid, &b, 1, rs, c);
+		} else {
+			err = sv_cma(false, pid, &b, 1, rs, c);
+			if (!err)
+				err = sv_copy_iov(ls, a, &b, 1);
+		}
+	}
+	return err;
 }
 
 static int move(bool write, struct shm_hdr *t, struct shm_hdr *own, const struct iovec *l,
 		int nl, const struct iovec *r, int nr)
 {
+	int err;
+
+	/* Device memory on either side: within this process cuMemcpy
+	 * reaches both, across processes the local side is staged (the
+	 * remote side is host memory here: a peer's GPU MR is mapped). */
+	if (sv_gpu_active() && (sv_gpu_dev_iov(l, nl) || (t->pid == sv_pid() && sv_gpu_dev_iov(r, nr)))) {
+		err = t->pid == sv_pid() ? (write ? sv_copy_iov(r, nr, l, nl) : sv_copy_iov(l, nl, r, nr)) :
+		      gpu_staged(write, t->pid, l, nl, r, nr);
+		if (!err)
+			count(own, t->pid == sv_pid() ? SV_PATH_LOCAL : SV_PATH_CMA, l, nl);
+		return err;
+	}
 	if (plain_memcpy(t->pid)) {
 		if (write)
 			sv_copy_iov(r, nr, l, nl);
@@ -265,7 +333,6 @@ static int move(bool write, struct shm_hdr *t, struct shm_hdr *own, const struct
 	enum sv_copy_mode mode = sv_config()->copy;
 	/* The bounce path needs the target's progress thread; a process's
 	 * own memory (ODP) always goes through the kernel. */
-	int err;
 	if (mode == SV_COPY_BOUNCE && t->pid != sv_pid() && own) {
 		err = bounce(t, own, write, l, nl, r, nr);
 		if (!err)

@@ -40,7 +40,7 @@
 #include "../../core/stats.h"
 
 #define SHM_MAGIC	0x4d485653u	/* "SVHM" */
-#define SHM_VERSION	10u
+#define SHM_VERSION	11u
 #define SHM_SEG_SIZE	(256ull << 20)	/* sparse: only touched pages cost memory */
 #define SHM_ALIGN	64u
 
@@ -67,7 +67,8 @@ struct shm_mr {
 	 * (CLOCK_MONOTONIC ns, which is system-wide). */
 	uint32_t revoked_key;
 	uint8_t kind;			/* enum shm_mr_kind */
-	uint8_t pad[3];
+	uint8_t mem;			/* enum shm_mem: what addr points into */
+	uint8_t pad[2];
 	uint64_t revoked_ns;
 	union {
 		uint64_t share_off;	/* MR: struct shm_share, 0 = not shareable */
@@ -78,15 +79,43 @@ struct shm_mr {
 	};
 };
 
-/* How a peer maps an MR's memory for direct load/store (direct.c). */
-enum shm_share_kind { SHM_SHARE_SYSV = 1, SHM_SHARE_FILE = 2 };
+/* Host memory, or CUDA device memory that only cuMemcpy touches. */
+enum shm_mem { SHM_MEM_HOST, SHM_MEM_CUDA };
+
+/* How a peer maps an MR's memory for direct load/store (direct.c), or
+ * opens its GPU memory by CUDA IPC. */
+enum shm_share_kind { SHM_SHARE_SYSV = 1, SHM_SHARE_FILE = 2, SHM_SHARE_CUDA = 3 };
+
+/*
+ * The processes that hold a GPU MR's allocation open by CUDA IPC.  An
+ * importer claims a free slot (compare-and-swap of pid 0 -> its pid,
+ * seq_cst) before it opens, and stores 0 (release) after it has closed.
+ * Deregistration asks each one to close (its segment's gpu_sweep, then a
+ * ring) and waits for the slots to empty: CUDA leaves it undefined what
+ * happens when memory is freed while another process has it open.
+ */
+#define SHM_GPU_IMPORTERS 16
+struct shm_gpu_importer {
+	_Atomic int32_t pid;
+	uint32_t ep;
+	uint64_t start_time;		/* with pid and ep: the segment to ring */
+};
 
 struct shm_share {
 	uint32_t kind;
 	int32_t shmid;			/* SYSV */
 	uint64_t dev, ino;		/* the backing object, checked by the peer */
 	uint64_t offset;		/* object offset of the MR's first byte */
-	char path[256];			/* FILE */
+	union {
+		char path[256];		/* FILE */
+		struct {		/* CUDA */
+			uint8_t handle[64];	/* CUipcMemHandle of the allocation */
+			uint8_t uuid[16];	/* its GPU */
+			uint64_t size;		/* the allocation's size; `offset` is
+						 * the MR's first byte within it */
+		} cuda;
+	};
+	struct shm_gpu_importer importers[SHM_GPU_IMPORTERS];	/* CUDA */
 };
 _Static_assert(sizeof(struct shm_mr) == 64, "one cache line per MR");
 
@@ -486,7 +515,10 @@ struct shm_hdr {
 	uint64_t off_qps;		/* uint64_t[n_qps]: QP block offset by QPN index */
 	uint64_t heap_off;
 	_Atomic uint32_t doorbell;	/* futex word: wakes the owner's progress thread */
-	uint32_t pad;
+	/* Set (release) by a process deregistering GPU memory this process
+	 * may hold open; the progress thread exchanges it to 0 and closes
+	 * what is no longer registered (direct.c sv_gpu_sweep). */
+	_Atomic uint32_t gpu_sweep;
 	pthread_mutex_t atomic_lock;	/* serialises atomics aimed at this context */
 	uint64_t bounce_off;		/* struct shm_bounce */
 	uint64_t owner_off;		/* struct shm_owner */

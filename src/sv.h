@@ -135,6 +135,8 @@ static inline bool sv_gpu_active(void)
 	return atomic_load_explicit(&sv_gpu_ranges, memory_order_relaxed) > 0;
 }
 bool sv_gpu_dev_iov(const struct iovec *v, int n);
+int sv_gpu_pin(void *p, size_t n);
+void sv_gpu_unpin(void *p);
 /* n bytes, by cuMemcpy when either side is device memory: 0 or EFAULT. */
 int sv_gpu_copy(void *dst, const void *src, size_t n);
 

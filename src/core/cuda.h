@@ -73,6 +73,8 @@ typedef struct { char bytes[16]; } CUuuid;
 	X(cuIpcGetMemHandle, "cuIpcGetMemHandle", CUresult, (CUipcMemHandle *h, CUdeviceptr ptr)) \
 	X(cuIpcOpenMemHandle, "cuIpcOpenMemHandle_v2", CUresult, \
 	  (CUdeviceptr *ptr, CUipcMemHandle h, unsigned flags)) \
-	X(cuIpcCloseMemHandle, "cuIpcCloseMemHandle", CUresult, (CUdeviceptr ptr))
+	X(cuIpcCloseMemHandle, "cuIpcCloseMemHandle", CUresult, (CUdeviceptr ptr)) \
+	X(cuMemHostRegister, "cuMemHostRegister_v2", CUresult, (void *p, size_t n, unsigned flags)) \
+	X(cuMemHostUnregister, "cuMemHostUnregister", CUresult, (void *p))
 
 #endif

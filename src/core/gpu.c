@@ -192,6 +192,21 @@ int sv_gpu_copy(void *dst, const void *src, size_t n)
 	return err;
 }
 
+/* Page-locks a staging buffer, so that copies from and to it are DMA
+ * without the driver's own bounce; 0, or an errno (then it is a plain
+ * buffer, slower but correct). */
+int sv_gpu_pin(void *p, size_t n)
+{
+	if (!atomic_load_explicit(&loaded, memory_order_acquire))
+		return ENODEV;
+	return cu.cuMemHostRegister(p, n, 0) == CUDA_SUCCESS ? 0 : EFAULT;
+}
+
+void sv_gpu_unpin(void *p)
+{
+	cu.cuMemHostUnregister(p);
+}
+
 /* ---- registration ---- */
 
 int sv_gpu_probe(const void *addr, size_t len, struct sv_gpu_mem *g, char *why, size_t wlen)

@@ -255,6 +255,7 @@ static void unhash(struct pkt_ctx *pc, struct pkt_qp *q)
 static void free_pq(struct pkt_ctx *pc, struct pkt_qp *q)
 {
 	pc->ops->sock_close(pc->link, q->fd);
+	pkt_gpu_qp_free(q);
 	free(q);
 }
 
@@ -291,6 +292,7 @@ void sv_pkt_ctx_close(struct sv_context *c)
 			pc->hash[i] = q->hnext;
 			free_pq(pc, q);	/* tombstones past the wait */
 		}
+	pkt_gpu_ctx_free(pc);
 	c->pkt = NULL;
 	pthread_mutex_destroy(&pc->rx_lock);
 	pthread_mutex_destroy(&pc->qps_lock);
@@ -581,6 +583,8 @@ void sv_pkt_rx_unlock(struct sv_context *c)
 {
 	struct pkt_ctx *pc = c->pkt;
 
+	/* The batch's data is in place before anything acknowledges it. */
+	pkt_gpu_flush(pc);
 	/* Coalesced ACKs: one per QP per batch (IBA 9.7.5.1.1 lets a
 	 * responder acknowledge several packets with one ACK). */
 	while (pc->acks) {

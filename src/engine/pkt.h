@@ -33,6 +33,7 @@ struct pkt_ctx;
 struct pkt_qp {
 	struct sv_qp *qp;
 	struct pkt_ctx *pc;
+	struct pkt_gpu_tx *gpu_tx;	/* GPU payload copied out for sending (pkt_gpu.c) */
 	uint32_t qpn;
 	struct pkt_qp *hnext;		/* pc->hash chain, under pc->rx_lock */
 	int fd;				/* the sending socket */
@@ -94,8 +95,12 @@ struct pkt_qp {
 	struct sv_pkt_qp_stats *st, tomb_st;
 };
 
+struct pkt_gpu_rx;
+struct pkt_gpu_tx;
+
 struct pkt_ctx {
 	struct sv_context *ctx;
+	struct pkt_gpu_rx *gpu_rx;	/* GPU-bound payloads being gathered (pkt_gpu.c) */
 	const struct sv_link_ops *ops;
 	struct sv_link_ep *link;
 	pthread_mutex_t rx_lock;	/* reception, the hash, the responders */
@@ -160,5 +165,23 @@ void pkt_resp_tomb_ack(struct pkt_qp *q);
 /* pkt_req.c: a response packet for q. */
 void pkt_req_rx(struct pkt_qp *q, const struct ib_bth *bth, const struct sv_link_pkt *p);
 uint64_t pkt_req_tick(struct pkt_qp *q, uint64_t now);
+/* A staged copy into GPU memory failed: the responder's WRITE at psn, or
+ * the requester's READ w. */
+void pkt_resp_gpu_failed(struct pkt_qp *q, uint32_t psn);
+void pkt_req_gpu_failed(struct pkt_qp *q, struct sv_swqe *w);
+/* pkt_gpu.c: GPU memory on the packet path, in runs (rx_lock held). */
+/* Takes len bytes bound for device memory dst into the current run, or
+ * false (not device memory, or no stage): the caller copies them.  A
+ * responder passes its held MR, which the run then owns. */
+bool pkt_gpu_put(struct pkt_qp *q, void *dst, const void *src, size_t len, struct sv_swqe *w,
+		 uint32_t psn, const struct shm_hdr *mseg, struct shm_mr *mr);
+/* The run to the device now: before any ACK, completion or memory read. */
+void pkt_gpu_flush(struct pkt_ctx *pc);
+/* The host address of payload bytes [off, +plen) of w, whose local
+ * memory liov is GPU memory (sq_lock held); NULL if it cannot be read. */
+const void *pkt_gpu_tx(struct pkt_qp *q, const struct sv_swqe *w, const struct iovec *liov,
+		       int nl, uint64_t len, uint64_t off, uint64_t plen);
+void pkt_gpu_qp_free(struct pkt_qp *q);
+void pkt_gpu_ctx_free(struct pkt_ctx *pc);
 
 #endif

@@ -202,16 +202,13 @@ static int send_one(struct pkt_qp *q, struct sv_swqe *w, uint32_t k, const struc
 			return EHOSTUNREACH;
 	}
 	/* GPU memory cannot be gathered by the kernel, nor its ICRC taken
-	 * by the CPU: one device-to-host copy into a host buffer, which the
-	 * packet must leave before the next one reuses it. */
-	static __thread uint8_t stage[4096];
+	 * by the CPU: the packet is gathered from the QP's copy of it
+	 * (pkt_gpu.c), made a window at a time. */
 	if (np && sv_gpu_dev_iov(pl, np)) {
-		struct iovec b = { stage, plen };
-		if (plen > sizeof(stage) || sv_copy_iov(&b, 1, pl, np))
+		struct iovec b = { (void *)pkt_gpu_tx(q, w, liov, nl, len, off, plen), plen };
+		if (!b.iov_base)
 			return EFAULT;
-		int err = pkt_send(q, &rt, hdr, (size_t)(h - hdr), &b, 1, plen);
-		pkt_flush(q);
-		return err;
+		return pkt_send(q, &rt, hdr, (size_t)(h - hdr), &b, 1, plen);
 	}
 	return pkt_send(q, &rt, hdr, (size_t)(h - hdr), pl, np, plen);
 }
@@ -506,16 +503,27 @@ static void read_response(struct pkt_qp *q, const struct ib_bth *bth, const stru
 	 * response ahead of a lost one is kept, not sent again. */
 	int nd = sv_iov_slice(liov, nl, off, plen, dst);
 	struct iovec src = { (void *)(p->buf + hl), plen };
-	PKT_DMA_BEGIN();
-	sv_copy_iov(dst, nd, &src, 1);
-	PKT_DMA_END();
+	/* Into GPU memory, responses join a run (pkt_gpu.c). */
+	if (nd != 1 || !pkt_gpu_put(q, dst[0].iov_base, src.iov_base, plen, w, psn, NULL, NULL)) {
+		PKT_DMA_BEGIN();
+		int err = sv_copy_iov(dst, nd, &src, 1);
+		PKT_DMA_END();
+		if (err) {
+			wqe_fail(q, w, IBV_WC_LOC_PROT_ERR, "the READ's GPU memory could not be "
+				 "written (cuMemcpy failed: freed?)");
+			return;
+		}
+	}
 	ooo_set(w, k - w->got);
 	while (ooo_test(w, 0)) {
 		ooo_shift(w);
 		w->got++;
 	}
-	if (w->got == w->npkts)
-		w->pstate = PW_DONE;
+	if (w->got == w->npkts) {
+		pkt_gpu_flush(q->pc);	/* its data in place before it completes */
+		if (w->pstate == PW_SENT)
+			w->pstate = PW_DONE;
+	}
 	uint32_t upto = read_floor(q);	/* everything before it is in */
 	if (psn_compare(upto, q->una) > 0)
 		ack_upto(q, psn_add(upto, SV_PSN_MASK), now);
@@ -750,4 +758,10 @@ uint64_t pkt_req_tick(struct pkt_qp *q, uint64_t now)
 	next = q->rnr_until ? q->rnr_until : q->deadline;
 	run_after_rx(qp);
 	return next;
+}
+
+void pkt_req_gpu_failed(struct pkt_qp *q, struct sv_swqe *w)
+{
+	wqe_fail(q, w, IBV_WC_LOC_PROT_ERR, "the READ's GPU memory could not be written "
+		 "(cuMemcpy failed: freed?)");
 }

@@ -141,6 +141,7 @@ static void complete_recv(struct pkt_qp *q, struct sv_target *t, enum ibv_wc_opc
 			  uint32_t len, uint32_t src_qp, uint32_t wc_flags, uint32_t imm, bool se,
 			  uint32_t psn)
 {
+	pkt_gpu_flush(q->pc);	/* the completion follows the data */
 	if (rc(q)) {
 		q->ack_psn = psn;
 		pkt_resp_ack(q);
@@ -403,6 +404,10 @@ void pkt_resp_rx(struct pkt_qp *q, const struct ib_bth *bth, const struct sv_lin
 		return;
 	}
 	q->last_rx = sv_now_ns();
+	/* Only a WRITE's data joins a run into GPU memory; anything else
+	 * may read or complete what the run holds. */
+	if (!(f & IBH_WRITE) || (f & (IBH_RECV | IBH_WORD)))
+		pkt_gpu_flush(q->pc);
 	if (type == IBV_QPT_RC || type == IBV_QPT_UC || type == IBV_QPT_XRC_RECV) {
 		/* ok: a responder */
 	} else {
@@ -575,10 +580,13 @@ void pkt_resp_rx(struct pkt_qp *q, const struct ib_bth *bth, const struct sv_lin
 				return;
 			}
 			struct iovec s = { (void *)data, plen }, dv = { addr, plen };
-			PKT_DMA_BEGIN();
-			int err = sv_copy_to(t.mseg, t.own, &s, 1, &dv, 1);
-			PKT_DMA_END();
-			sv_resp_mr_put(t.mseg, mr);
+			int err = 0;
+			if (t.pid != sv_pid() || !pkt_gpu_put(q, addr, data, plen, NULL, psn, t.mseg, mr)) {
+				PKT_DMA_BEGIN();
+				err = sv_copy_to(t.mseg, t.own, &s, 1, &dv, 1);
+				PKT_DMA_END();
+				sv_resp_mr_put(t.mseg, mr);
+			}
 			if (err) {
 				fail(q, &t, NAK_REM_OP, psn, IBV_WC_SUCCESS, IBV_EVENT_QP_FATAL,
 				     "the WRITE's memory could not be reached");
@@ -686,4 +694,15 @@ done:
 	if (rc(q) && bth_ackreq(bth) && !q->acked)
 		want_ack(q, psn);
 	q->acked = false;
+}
+
+void pkt_resp_gpu_failed(struct pkt_qp *q, uint32_t psn)
+{
+	struct sv_target t;
+
+	if (sv_resp_local(q->qp->ctx, q->qpn, &t) != SV_R_OK)
+		return;
+	snprintf(t.why, sizeof(t.why), "cuMemcpy into the GPU memory failed (freed?)");
+	fail(q, &t, NAK_REM_OP, psn, IBV_WC_SUCCESS, IBV_EVENT_QP_FATAL,
+	     "the WRITE's memory could not be reached");
 }

@@ -24,6 +24,7 @@
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdint.h>
@@ -66,6 +67,8 @@ struct cudouble_stats {
 	unsigned long sync_memops;	/* cuPointerSetAttribute(SYNC_MEMOPS) calls */
 	unsigned long memcpys;
 	unsigned long allocs_now;
+	unsigned long pinned_now;	/* cuMemHostRegister'ed buffers */
+	unsigned long memcpy_bytes;
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -366,17 +369,23 @@ static CUresult resolve(uintptr_t p, size_t n, char **out)
 	return CUDA_SUCCESS;
 }
 
-/* CUDOUBLE_COPY_US=N: every copy takes N µs more, as a real cuMemcpy's
- * launch and synchronisation cost does (some µs). */
+/* CUDOUBLE_COPY_US=N, or cudouble_copy_us(N): every copy takes N µs
+ * more, as a real cuMemcpy's launch and synchronisation cost does (some
+ * µs). */
+static _Atomic int extra_us = -1;
+
+EXPORT void cudouble_copy_us(int us)
+{
+	atomic_store(&extra_us, us);
+}
+
 static unsigned copy_us(void)
 {
-	static int us = -1;
-
-	if (us < 0) {
+	if (atomic_load(&extra_us) < 0) {
 		const char *e = getenv("CUDOUBLE_COPY_US");
-		us = e ? atoi(e) : 0;
+		atomic_store(&extra_us, e ? atoi(e) : 0);
 	}
-	return (unsigned)us;
+	return (unsigned)atomic_load(&extra_us);
 }
 
 EXPORT CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n)
@@ -394,6 +403,7 @@ EXPORT CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n)
 		r = resolve(src, n, &s);
 	if (r == CUDA_SUCCESS) {
 		stats.memcpys++;
+		stats.memcpy_bytes += n;
 		memmove(d, s, n);
 	}
 	pthread_mutex_unlock(&lock);
@@ -408,6 +418,26 @@ EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n)
 EXPORT CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n)
 {
 	return cuMemcpy((CUdeviceptr)(uintptr_t)dst, src, n);
+}
+
+/* Pinned host memory is host memory that the GPU reaches by DMA: here,
+ * counted. */
+EXPORT CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned flags)
+{
+	if (!p || !n || flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&lock);
+	stats.pinned_now++;
+	pthread_mutex_unlock(&lock);
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemHostUnregister(void *p)
+{
+	pthread_mutex_lock(&lock);
+	stats.pinned_now--;
+	pthread_mutex_unlock(&lock);
+	return p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr p)

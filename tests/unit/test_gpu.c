@@ -35,9 +35,11 @@ static struct {
 	CUresult (*dtoh)(void *, CUdeviceptr, size_t);
 	CUresult (*memcpy)(CUdeviceptr, CUdeviceptr, size_t);
 	void (*stats)(unsigned long *);	/* the double's counters; NULL on a GPU */
+	void (*copy_us)(int);		/* the double's cost per copy */
 } cu;
 
-enum { ST_OPENS, ST_CLOSES, ST_OPEN_NOW, ST_SYNC_MEMOPS, ST_MEMCPYS, ST_ALLOCS_NOW, ST_N };
+enum { ST_OPENS, ST_CLOSES, ST_OPEN_NOW, ST_SYNC_MEMOPS, ST_MEMCPYS, ST_ALLOCS_NOW, ST_PINNED_NOW,
+       ST_MEMCPY_BYTES, ST_N };
 
 static bool cuda_load(void)
 {
@@ -55,6 +57,7 @@ static bool cuda_load(void)
 	cu.dtoh = dlsym(lib, "cuMemcpyDtoH_v2");
 	cu.memcpy = dlsym(lib, "cuMemcpy");
 	cu.stats = (void (*)(unsigned long *))dlsym(lib, "cudouble_stats");
+	cu.copy_us = (void (*)(int))dlsym(lib, "cudouble_copy_us");
 	return cu.init && cu.dev_get && cu.retain && cu.set_current && cu.alloc && cu.free &&
 	       cu.htod && cu.dtoh && cu.memcpy;
 }
@@ -602,6 +605,47 @@ static void test_freed(void **state)
 	side_close(&me);
 }
 
+/* Over UDP, GPU memory is copied in runs, not per packet: 2 MiB is 513
+ * packets of 4 KiB, received into GPU memory in one cuMemcpy per batch of
+ * received packets and sent from it in one per 256 KiB window, each
+ * through a pinned staging area.  A received batch is what queued while
+ * the last was placed, so with copies as slow as a GPU's (some µs each)
+ * packets queue, and a batch holds several. */
+static void test_udp_runs(void **state)
+{
+	static const struct {
+		struct row r;
+		unsigned long most;	/* cuMemcpy calls the operation may take */
+	} cases[] = {
+		{ { IBV_WR_RDMA_WRITE, HOST, DEV }, 384 },	/* received into GPU memory */
+		{ { IBV_WR_RDMA_READ, DEV, HOST }, 384 },	/* READ responses into GPU memory */
+		{ { IBV_WR_RDMA_WRITE, DEV, HOST }, 16 },	/* sent from GPU memory */
+	};
+	struct side me;
+	struct target t;
+
+	(void)state;
+	assert_non_null(cu.copy_us);
+	cu.copy_us(50);
+	side_open(&me);
+	target_open(&t, &me, false);
+	for (size_t i = 0; i < SV_ARRAY_LEN(cases); i++) {
+		unsigned long before = stat_of(ST_MEMCPYS);
+		run_row(&me, &t, &cases[i].r, BIG, (uint32_t)(20 + i));
+		/* The test's own fill and check took one each of GPU memory. */
+		unsigned long n = stat_of(ST_MEMCPYS) - before - 1;
+		print_message("udp runs: case %zu: %lu cuMemcpy calls for %u bytes\n", i, n, BIG);
+		if (n > cases[i].most)
+			fail_msg("case %zu: %lu cuMemcpy calls for %u bytes (at most %lu)", i, n, BIG,
+				 cases[i].most);
+	}
+	assert_true(stat_of(ST_PINNED_NOW) >= 2);
+	target_close(&t);
+	side_close(&me);
+	assert_int_equal(stat_of(ST_PINNED_NOW), 0);
+	cu.copy_us(0);
+}
+
 /* --no-cuda: a process without the driver registers host memory as
  * always, and an address no host memory backs fails as before, saying
  * (SOFTVERBS_EXPLAIN=1) that no CUDA driver is loaded. */
@@ -778,8 +822,17 @@ int main(int argc, char **argv)
 	};
 	/* The parent's driver: each target process opens its own. */
 	cuda_open();
-	size_t ntests = SV_ARRAY_LEN(tests) - (udp() || !cu.stats);
-	int ret = _cmocka_run_group_tests("test_gpu", tests, ntests, NULL, NULL);
+	const struct CMUnitTest udp_tests[] = {
+		cmocka_unit_test(test_register),
+		cmocka_unit_test(test_in_process),
+		cmocka_unit_test(test_between_processes),
+		cmocka_unit_test(test_freed),
+		/* Only the double counts copies. */
+		cmocka_unit_test(test_udp_runs),
+	};
+	size_t ntests = udp() ? SV_ARRAY_LEN(udp_tests) - !cu.stats :
+			SV_ARRAY_LEN(tests) - !cu.stats;
+	int ret = _cmocka_run_group_tests("test_gpu", udp() ? udp_tests : tests, ntests, NULL, NULL);
 	ibv_free_device_list(devs);
 	return ret;
 }

@@ -114,12 +114,13 @@ struct sv_gpu_mem {
 	void *ctx;			/* CUcontext */
 	int ordinal;
 	uint8_t uuid[16];		/* the GPU, as other processes find it */
+	bool sync;			/* SYNC_MEMOPS refused: copies into it synchronise */
 };
 /* 1: [addr, +len) is CUDA device memory, within one allocation; 0: it is
  * not (why says how that was found); -errno: device memory that cannot
  * be registered (why says why). */
 int sv_gpu_probe(const void *addr, size_t len, struct sv_gpu_mem *g, char *why, size_t wlen);
-int sv_gpu_track(const void *addr, size_t len, void *ctx);
+int sv_gpu_track(const void *addr, size_t len, void *ctx, bool sync);
 void sv_gpu_untrack(const void *addr, size_t len);
 int sv_gpu_export(const struct sv_gpu_mem *g, void *handle, char *why, size_t wlen);
 /* A peer's allocation by its IPC handle: this process's address of it

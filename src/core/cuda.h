@@ -63,6 +63,7 @@ typedef struct { char bytes[16]; } CUuuid;
 	X(cuCtxGetCurrent, "cuCtxGetCurrent", CUresult, (CUcontext *ctx)) \
 	X(cuCtxPushCurrent, "cuCtxPushCurrent_v2", CUresult, (CUcontext ctx)) \
 	X(cuCtxPopCurrent, "cuCtxPopCurrent_v2", CUresult, (CUcontext *ctx)) \
+	X(cuCtxSynchronize, "cuCtxSynchronize", CUresult, (void)) \
 	X(cuPointerGetAttribute, "cuPointerGetAttribute", CUresult, \
 	  (void *data, int attribute, CUdeviceptr ptr)) \
 	X(cuPointerSetAttribute, "cuPointerSetAttribute", CUresult, \

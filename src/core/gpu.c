@@ -71,7 +71,8 @@ static bool load(bool force)
 		return true;
 	pthread_mutex_lock(&load_lock);
 	if (!atomic_load_explicit(&loaded, memory_order_relaxed)) {
-		void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | (force ? 0 : RTLD_NOLOAD));
+		int mode = RTLD_NOW | RTLD_LOCAL | (force ? 0 : RTLD_NOLOAD);
+		void *lib = dlopen("libcuda.so.1", mode);
 		if (!lib && force)
 			snprintf(load_err, sizeof(load_err), "%s", dlerror());
 		else if (!lib)
@@ -91,6 +92,7 @@ struct range {
 	uintptr_t base;
 	size_t len;
 	CUcontext ctx;
+	bool sync;		/* SYNC_MEMOPS refused: synchronise after copies into it */
 };
 
 atomic_int sv_gpu_ranges;
@@ -98,7 +100,7 @@ static pthread_rwlock_t ranges_lock = PTHREAD_RWLOCK_INITIALIZER;
 static struct range *ranges;
 static int nranges, cap;
 
-static int track(uintptr_t base, size_t len, CUcontext ctx)
+static int track(uintptr_t base, size_t len, CUcontext ctx, bool sync)
 {
 	pthread_rwlock_wrlock(&ranges_lock);
 	if (nranges == cap) {
@@ -111,7 +113,7 @@ static int track(uintptr_t base, size_t len, CUcontext ctx)
 		ranges = n;
 		cap = ncap;
 	}
-	ranges[nranges++] = (struct range){ base, len, ctx };
+	ranges[nranges++] = (struct range){ base, len, ctx, sync };
 	atomic_store_explicit(&sv_gpu_ranges, nranges, memory_order_relaxed);
 	pthread_rwlock_unlock(&ranges_lock);
 	return 0;
@@ -129,15 +131,15 @@ static void untrack(uintptr_t base, size_t len)
 	pthread_rwlock_unlock(&ranges_lock);
 }
 
-/* The context of the device range holding p, or NULL for host memory.
- * The caller holds ranges_lock for reading. */
-static CUcontext dev_ctx(const void *p)
+/* The device range holding p, or NULL for host memory.  The caller
+ * holds ranges_lock for reading. */
+static const struct range *dev_range(const void *p)
 {
 	uintptr_t a = (uintptr_t)p;
 
 	for (int i = 0; i < nranges; i++)
 		if (a >= ranges[i].base && a - ranges[i].base < ranges[i].len)
-			return ranges[i].ctx;
+			return &ranges[i];
 	return NULL;
 }
 
@@ -149,16 +151,23 @@ bool sv_gpu_dev_iov(const struct iovec *v, int n)
 		return false;
 	pthread_rwlock_rdlock(&ranges_lock);
 	for (int i = 0; i < n && !dev; i++)
-		dev = v[i].iov_len && dev_ctx(v[i].iov_base);
+		dev = v[i].iov_len && dev_range(v[i].iov_base);
 	pthread_rwlock_unlock(&ranges_lock);
 	return dev;
 }
 
 /* ---- copies ---- */
 
+static CUresult memcpy_sync(void *dst, const void *src, size_t n, bool sync)
+{
+	CUresult r = cu.cuMemcpy((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, n);
+
+	return r == CUDA_SUCCESS && sync ? cu.cuCtxSynchronize() : r;
+}
+
 /* cuMemcpy needs a current context; softverbs' own threads have none,
  * and an application thread's stays as it was. */
-static CUresult copy(void *dst, const void *src, size_t n, CUcontext ctx)
+static CUresult copy(void *dst, const void *src, size_t n, CUcontext ctx, bool sync)
 {
 	CUcontext cur = NULL, popped;
 
@@ -166,11 +175,11 @@ static CUresult copy(void *dst, const void *src, size_t n, CUcontext ctx)
 		CUresult r = cu.cuCtxPushCurrent(ctx);
 		if (r != CUDA_SUCCESS)
 			return r;
-		r = cu.cuMemcpy((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, n);
+		r = memcpy_sync(dst, src, n, sync);
 		cu.cuCtxPopCurrent(&popped);
 		return r;
 	}
-	return cu.cuMemcpy((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, n);
+	return memcpy_sync(dst, src, n, sync);
 }
 
 int sv_gpu_copy(void *dst, const void *src, size_t n)
@@ -178,9 +187,9 @@ int sv_gpu_copy(void *dst, const void *src, size_t n)
 	int err = 0;
 
 	pthread_rwlock_rdlock(&ranges_lock);
-	CUcontext dc = dev_ctx(dst), sc = dev_ctx(src);
-	if (dc || sc) {
-		CUresult r = copy(dst, src, n, dc ? dc : sc);
+	const struct range *d = dev_range(dst), *s = dev_range(src);
+	if (d || s) {
+		CUresult r = copy(dst, src, n, d ? d->ctx : s->ctx, d && d->sync);
 		if (r != CUDA_SUCCESS) {
 			sv_dbg("cuMemcpy(%p, %p, %zu): %s (%d)", dst, src, n, cu_name(r), r);
 			err = EFAULT;
@@ -264,21 +273,19 @@ int sv_gpu_probe(const void *addr, size_t len, struct sv_gpu_mem *g, char *why, 
 	/* Every copy into it completes before cuMemcpy returns, even from
 	 * pageable host memory (which otherwise returns once the data is
 	 * staged): a completion softverbs posts after the copy then means
-	 * the data is in device memory, for every stream and process. */
+	 * the data is in device memory, for every stream and process.  Where
+	 * the attribute is refused, each copy into it synchronises. */
 	int one = 1;
-	r = cu.cuPointerSetAttribute(&one, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, base);
-	if (r != CUDA_SUCCESS) {
-		snprintf(why, wlen, "cuPointerSetAttribute(SYNC_MEMOPS): %s (%d)", cu_name(r), r);
-		return -EFAULT;
-	}
+	g->sync = cu.cuPointerSetAttribute(&one, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, base) !=
+		  CUDA_SUCCESS;
 	g->base = base;
 	g->size = size;
 	return 1;
 }
 
-int sv_gpu_track(const void *addr, size_t len, void *ctx)
+int sv_gpu_track(const void *addr, size_t len, void *ctx, bool sync)
 {
-	return track((uintptr_t)addr, len, ctx);
+	return track((uintptr_t)addr, len, ctx, sync);
 }
 
 void sv_gpu_untrack(const void *addr, size_t len)
@@ -361,9 +368,9 @@ void *sv_gpu_open(const void *handle, const uint8_t uuid[16], uint64_t size, voi
 	}
 	/* As at registration: copies into it complete before they return. */
 	int one = 1;
-	if (cu.cuPointerSetAttribute(&one, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, p) != CUDA_SUCCESS)
-		sv_dbg("cuPointerSetAttribute(SYNC_MEMOPS) on an IPC mapping failed");
-	if (track((uintptr_t)p, size, ctx)) {
+	bool sync = cu.cuPointerSetAttribute(&one, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, p) !=
+		    CUDA_SUCCESS;
+	if (track((uintptr_t)p, size, ctx, sync)) {
 		sv_gpu_close((void *)(uintptr_t)p, size, ctx);
 		snprintf(why, wlen, "out of memory");
 		return NULL;

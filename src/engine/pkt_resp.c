@@ -581,7 +581,8 @@ void pkt_resp_rx(struct pkt_qp *q, const struct ib_bth *bth, const struct sv_lin
 			}
 			struct iovec s = { (void *)data, plen }, dv = { addr, plen };
 			int err = 0;
-			if (t.pid != sv_pid() || !pkt_gpu_put(q, addr, data, plen, NULL, psn, t.mseg, mr)) {
+			if (t.pid != sv_pid() ||
+			    !pkt_gpu_put(q, addr, data, plen, NULL, psn, t.mseg, mr)) {
 				PKT_DMA_BEGIN();
 				err = sv_copy_to(t.mseg, t.own, &s, 1, &dv, 1);
 				PKT_DMA_END();

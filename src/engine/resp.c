@@ -380,9 +380,10 @@ enum sv_result sv_resp_recv_iov(struct sv_target *t, const struct shm_rwqe *w, s
 	}
 	if (gpu && !t->mapped) {
 		if (!t->why[0])
-			snprintf(t->why, sizeof(t->why), "receive wr_id 0x%llx mixes GPU memory with "
-				 "private host memory of pid %d, which softverbs cannot reach in one copy",
-				 (unsigned long long)w->wr_id, (int)t->pid);
+			snprintf(t->why, sizeof(t->why), "receive wr_id 0x%llx mixes GPU "
+				 "memory with private host memory of pid %d, which softverbs "
+				 "cannot reach in one copy", (unsigned long long)w->wr_id,
+				 (int)t->pid);
 		sv_resp_recv_put(t, w, held);
 		return SV_R_NAK_OP;
 	}

@@ -182,7 +182,8 @@ static void wr_set_inline_data_list(struct ibv_qp_ex *qx, size_t num, const stru
 	w->num_sge = 0;
 	w->inline_len = 0;
 	for (size_t i = 0; i < num; i++) {
-		struct iovec d = { dst + w->inline_len, b[i].length }, s = { b[i].addr, b[i].length };
+		struct iovec d = { dst + w->inline_len, b[i].length },
+			     s = { b[i].addr, b[i].length };
 		sv_copy_iov(&d, 1, &s, 1);	/* GPU memory too */
 		w->inline_len += (uint32_t)b[i].length;
 	}

@@ -276,7 +276,9 @@ SV_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t 
 }
 
 /* A GPU MR's device range is known to the copy layer, and its IPC
- * handle is in the segment for peers. */
+ * handle is in the segment for peers.  Memory CUDA IPC cannot export
+ * (the virtual memory management API's, stream-ordered pools') still
+ * registers: this process reaches it, other processes cannot. */
 static int gpu_attach(struct sv_mr *mr, const struct sv_gpu_mem *g, const char *verb)
 {
 	struct sv_context *c = sv_ctx(mr->ibmr.context);
@@ -284,10 +286,11 @@ static int gpu_attach(struct sv_mr *mr, const struct sv_gpu_mem *g, const char *
 
 	mr->share_off = sv_gpu_describe(&c->seg, g, mr->ibmr.addr, why, sizeof(why));
 	if (!mr->share_off)
-		return sv_fail(EFAULT, verb, "GPU memory [%p, +%zu): %s", mr->ibmr.addr,
-			       mr->ibmr.length, why);
-	if (sv_gpu_track(mr->ibmr.addr, mr->ibmr.length, g->ctx)) {
-		sv_seg_free(&c->seg, mr->share_off, sizeof(struct shm_share));
+		sv_dbg("%s: GPU memory [%p, +%zu) without an IPC handle (%s): other processes "
+		       "cannot reach it", verb, mr->ibmr.addr, mr->ibmr.length, why);
+	if (sv_gpu_track(mr->ibmr.addr, mr->ibmr.length, g->ctx, g->sync)) {
+		if (mr->share_off)
+			sv_seg_free(&c->seg, mr->share_off, sizeof(struct shm_share));
 		return sv_fail(ENOMEM, verb, "out of memory");
 	}
 	mr->gpu = true;
@@ -301,9 +304,11 @@ static void gpu_detach(struct sv_mr *mr)
 
 	if (!mr->gpu)
 		return;
-	sv_gpu_release(c->seg.h, mr->share_off);
+	if (mr->share_off)
+		sv_gpu_release(c->seg.h, mr->share_off);
 	sv_gpu_untrack(mr->ibmr.addr, mr->ibmr.length);
-	sv_seg_free(&c->seg, mr->share_off, sizeof(struct shm_share));
+	if (mr->share_off)
+		sv_seg_free(&c->seg, mr->share_off, sizeof(struct shm_share));
 	mr->share_off = 0;
 	mr->gpu = false;
 }

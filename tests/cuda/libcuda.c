@@ -225,6 +225,11 @@ EXPORT CUresult cuCtxSetCurrent(CUcontext ctx)
 	return CUDA_SUCCESS;
 }
 
+EXPORT CUresult cuCtxSynchronize(void)
+{
+	return current() ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+}
+
 EXPORT CUresult cuCtxPushCurrent_v2(CUcontext ctx)
 {
 	if (ctx != &primary)

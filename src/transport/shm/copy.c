@@ -315,11 +315,14 @@ static int move(bool write, struct shm_hdr *t, struct shm_hdr *own, const struct
 	/* Device memory on either side: within this process cuMemcpy
 	 * reaches both, across processes the local side is staged (the
 	 * remote side is host memory here: a peer's GPU MR is mapped). */
-	if (sv_gpu_active() && (sv_gpu_dev_iov(l, nl) || (t->pid == sv_pid() && sv_gpu_dev_iov(r, nr)))) {
-		err = t->pid == sv_pid() ? (write ? sv_copy_iov(r, nr, l, nl) : sv_copy_iov(l, nl, r, nr)) :
-		      gpu_staged(write, t->pid, l, nl, r, nr);
+	bool self = t->pid == sv_pid();
+	if (sv_gpu_active() && (sv_gpu_dev_iov(l, nl) || (self && sv_gpu_dev_iov(r, nr)))) {
+		if (!self)
+			err = gpu_staged(write, t->pid, l, nl, r, nr);
+		else
+			err = write ? sv_copy_iov(r, nr, l, nl) : sv_copy_iov(l, nl, r, nr);
 		if (!err)
-			count(own, t->pid == sv_pid() ? SV_PATH_LOCAL : SV_PATH_CMA, l, nl);
+			count(own, self ? SV_PATH_LOCAL : SV_PATH_CMA, l, nl);
 		return err;
 	}
 	if (plain_memcpy(t->pid)) {

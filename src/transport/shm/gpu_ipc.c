@@ -88,6 +88,12 @@ static int claim_slot(struct shm_share *sh, const struct shm_hdr *via)
 static struct opened *open_mr(const struct shm_hdr *seg, const struct shm_mr *m,
 			      const struct shm_hdr *via, char *why, size_t wlen)
 {
+	if (!m->share_off) {
+		snprintf(why, wlen, "pid %d could not export its GPU memory by CUDA IPC "
+			 "(cuIpcGetMemHandle refused it), so only that process reaches it",
+			 (int)seg->pid);
+		return NULL;
+	}
 	struct shm_share *sh = shm_at(seg, m->share_off);
 
 	if (nopen == cap) {

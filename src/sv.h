@@ -98,6 +98,8 @@ const char *sv_last_failure(void);	/* the text of this thread's last sv_fail */
  * completion, say); errno is left alone. */
 void sv_explain(const char *what, const char *fmt, ...) SV_PRINTF(2, 3);
 int sv_parse_log_level(const char *s);
+/* ibv_wc_status_str()'s names. */
+const char *sv_wc_status_name(enum ibv_wc_status s);
 /* librdmacm's access to the settings and explain lines (SOFTVERBS_PRIVATE_1) */
 SV_EXPORT int softverbs_cm_setting(const char *key);
 SV_EXPORT void softverbs_cm_explain(const char *what, const char *fmt, ...) SV_PRINTF(2, 3);
@@ -841,6 +843,8 @@ void sv_flush_rq(struct sv_qp *qp);
  * completing each with IBV_WC_WR_FLUSH_ERR into cq, or silently when cq
  * is NULL (RESET). */
 void sv_rq_drain(struct shm_hdr *h, struct shm_wq *wq, struct shm_cq *cq, uint32_t qpn);
+/* An asynchronous event on the context's queue (its async_fd). */
+int sv_async_event(struct ibv_context *ctx, void *obj, enum ibv_event_type type);
 
 /* engine/req.c: the requester */
 void sv_sq_progress(struct sv_qp *qp);
@@ -861,23 +865,27 @@ void sv_progress_stop(struct sv_context *c);
 void sv_qp_to_err(struct sv_qp *qp, int ev);	/* ev: an ibv_event_type, or -1 */
 void sv_qp_sync(struct sv_qp *qp);
 
-/* verbs/device.c */
+/* core/port.c: the host's devices, GID table and port MTU */
 struct sv_device *sv_device_get(struct ibv_device *d);
 int sv_device_count(void);
 struct sv_device *sv_device_at(int i);
+/* GID table: returns false for an empty or out-of-range entry. */
+bool sv_gid_entry(const struct sv_device *dev, unsigned index,
+		  union ibv_gid *gid, enum ibv_gid_type *type);
+int sv_gid_find(const struct sv_device *dev, const union ibv_gid *gid);
+/* The interface a RoCE GID is an address of (0: none). */
+uint32_t sv_gid_ifindex(const struct sv_device *dev, unsigned index);
+bool sv_port_needs_grh(const struct sv_device *dev);
+/* The port's active MTU: SOFTVERBS_MTU, or in RoCE mode less when an
+ * interface of the host carries less. */
+enum ibv_mtu sv_port_mtu(const struct sv_device *dev);
+
+/* verbs/device.c */
 void sv_port_attr(const struct sv_device *dev, struct ibv_port_attr *pa);
 int sv_port_set_state(unsigned dev, bool up);
 extern const char *const sv_device_attr_files[];
 int sv_device_attr_file(const struct sv_device *d, const char *file, char *buf, size_t size);
 void sv_device_attr(const struct sv_device *dev, struct ibv_device_attr *a);
-/* GID table: returns false for an empty or out-of-range entry. */
-bool sv_gid_entry(const struct sv_device *dev, unsigned index,
-		  union ibv_gid *gid, enum ibv_gid_type *type);
-int sv_gid_find(const struct sv_device *dev, const union ibv_gid *gid);
-bool sv_port_needs_grh(const struct sv_device *dev);
-/* The port's active MTU: SOFTVERBS_MTU, or in RoCE mode less when an
- * interface of the host carries less. */
-enum ibv_mtu sv_port_mtu(const struct sv_device *dev);
 int sv_query_device_ex(struct ibv_context *ctx,
 		       const struct ibv_query_device_ex_input *input,
 		       struct ibv_device_attr_ex *attr, size_t attr_size);
@@ -891,7 +899,6 @@ bool sv_context_live(struct ibv_context *ctx, const char *verb);
 void sv_events_settle(struct ibv_context *ctx, struct sv_evq *chq, const void *obj,
 		      pthread_mutex_t *m, pthread_cond_t *c,
 		      const uint32_t *acked, const uint32_t *reported);
-int sv_async_event(struct ibv_context *ctx, void *obj, enum ibv_event_type type);
 
 /* verbs/pd.c */
 bool sv_pd_of(struct ibv_pd *pd, struct ibv_context *ctx, const char *verb);

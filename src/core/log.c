@@ -145,3 +145,37 @@ uint64_t sv_now_ns(void)
 	clock_gettime(CLOCK_MONOTONIC, &t);
 	return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
 }
+
+/* rdma-core's ibv_wc_status_str() strings (verbs/strings.c answers with
+ * this table), for explanations in every layer. */
+static const char *const wc_status_str[] = {
+	[IBV_WC_SUCCESS] = "success",
+	[IBV_WC_LOC_LEN_ERR] = "local length error",
+	[IBV_WC_LOC_QP_OP_ERR] = "local QP operation error",
+	[IBV_WC_LOC_EEC_OP_ERR] = "local EE context operation error",
+	[IBV_WC_LOC_PROT_ERR] = "local protection error",
+	[IBV_WC_WR_FLUSH_ERR] = "Work Request Flushed Error",
+	[IBV_WC_MW_BIND_ERR] = "memory management operation error",
+	[IBV_WC_BAD_RESP_ERR] = "bad response error",
+	[IBV_WC_LOC_ACCESS_ERR] = "local access error",
+	[IBV_WC_REM_INV_REQ_ERR] = "remote invalid request error",
+	[IBV_WC_REM_ACCESS_ERR] = "remote access error",
+	[IBV_WC_REM_OP_ERR] = "remote operation error",
+	[IBV_WC_RETRY_EXC_ERR] = "transport retry counter exceeded",
+	[IBV_WC_RNR_RETRY_EXC_ERR] = "RNR retry counter exceeded",
+	[IBV_WC_LOC_RDD_VIOL_ERR] = "local RDD violation error",
+	[IBV_WC_REM_INV_RD_REQ_ERR] = "remote invalid RD request",
+	[IBV_WC_REM_ABORT_ERR] = "aborted error",
+	[IBV_WC_INV_EECN_ERR] = "invalid EE context number",
+	[IBV_WC_INV_EEC_STATE_ERR] = "invalid EE context state",
+	[IBV_WC_FATAL_ERR] = "fatal error",
+	[IBV_WC_RESP_TIMEOUT_ERR] = "response timeout error",
+	[IBV_WC_GENERAL_ERR] = "general error",
+};
+_Static_assert(SV_ARRAY_SIZE(wc_status_str) == IBV_WC_GENERAL_ERR + 1, "wc statuses");
+
+const char *sv_wc_status_name(enum ibv_wc_status s)
+{
+	return (unsigned)s < SV_ARRAY_SIZE(wc_status_str) && wc_status_str[s] ? wc_status_str[s] :
+	       "unknown";
+}

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Completions: adding them to CQs (in any process's segment), raising
- * completion events, flushing, and the outcome -> status table.
+ * completion events, flushing, and the outcome -> status table; and the
+ * affiliated and unaffiliated asynchronous events the device raises.
  */
 #define _GNU_SOURCE
 #include <sched.h>
@@ -135,4 +136,14 @@ void sv_flush_rq(struct sv_qp *qp)
 {
 	if (qp->rq)
 		sv_rq_drain(qp->ctx->seg.h, qp->rq, qp->rcq->sh, qp->ex.qp_base.qp_num);
+}
+
+/* The context's asynchronous event queue (its async_fd), where
+ * ibv_get_async_event reads. */
+int sv_async_event(struct ibv_context *ctx, void *obj, enum ibv_event_type type)
+{
+	struct sv_context *c = sv_ctx(ctx);
+
+	sv_dbg("async event %d on %p", (int)type, obj);
+	return sv_evq_push(&c->async, obj, (int)type, SV_PORT);
 }

@@ -73,7 +73,7 @@ static void wqe_fail(struct pkt_qp *q, struct sv_swqe *w, enum ibv_wc_status st,
 	w->pstatus = (uint8_t)st;
 	sv_explain("error completion", "qpn 0x%x wr_id 0x%llx to qpn 0x%x at %s: %s: %s",
 		   q->qpn, (unsigned long long)w->wr_id, q->dest_qpn,
-		   q->peer.v4 ? "another host" : "a peer", ibv_wc_status_str(st), why);
+		   q->peer.v4 ? "another host" : "a peer", sv_wc_status_name(st), why);
 }
 
 /* ---- building packets ---- */

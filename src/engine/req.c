@@ -950,7 +950,7 @@ static int sq_run(struct sv_qp *qp)
 		if (status != IBV_WC_SUCCESS) {
 			sv_explain("error completion", "qpn 0x%x wr_id 0x%llx %s to qpn 0x%x: %s (%s)%s%s",
 				qp->ex.qp_base.qp_num, (unsigned long long)w->wr_id,
-				wr_info[w->opcode].name, qp->attr.dest_qp_num, ibv_wc_status_str(status),
+				wr_info[w->opcode].name, qp->attr.dest_qp_num, sv_wc_status_name(status),
 				sv_result_name(r), sv_last_why[0] ? ": " : "", sv_last_why);
 			responder_error(qp, w, r);
 			failed = true;

@@ -370,14 +370,6 @@ void sv_events_settle(struct ibv_context *ctx, struct sv_evq *chq, const void *o
 	pthread_mutex_unlock(m);
 }
 
-int sv_async_event(struct ibv_context *ctx, void *obj, enum ibv_event_type type)
-{
-	struct sv_context *c = sv_ctx(ctx);
-
-	sv_dbg("async event %s on %p", ibv_event_type_str(type), obj);
-	return sv_evq_push(&c->async, obj, (int)type, SV_PORT);
-}
-
 /* Which object an event is about (IBA 11.6.3): it decides the union
  * member filled in and which counter the destroy verb waits on. */
 enum element { EL_PORT, EL_CQ, EL_QP, EL_SRQ };

@@ -48,37 +48,12 @@ static const char *const event_type_str[] = {
 };
 _Static_assert(SV_ARRAY_SIZE(event_type_str) == IBV_EVENT_WQ_FATAL + 1, "event types");
 
-static const char *const wc_status_str[] = {
-	[IBV_WC_SUCCESS] = "success",
-	[IBV_WC_LOC_LEN_ERR] = "local length error",
-	[IBV_WC_LOC_QP_OP_ERR] = "local QP operation error",
-	[IBV_WC_LOC_EEC_OP_ERR] = "local EE context operation error",
-	[IBV_WC_LOC_PROT_ERR] = "local protection error",
-	[IBV_WC_WR_FLUSH_ERR] = "Work Request Flushed Error",
-	[IBV_WC_MW_BIND_ERR] = "memory management operation error",
-	[IBV_WC_BAD_RESP_ERR] = "bad response error",
-	[IBV_WC_LOC_ACCESS_ERR] = "local access error",
-	[IBV_WC_REM_INV_REQ_ERR] = "remote invalid request error",
-	[IBV_WC_REM_ACCESS_ERR] = "remote access error",
-	[IBV_WC_REM_OP_ERR] = "remote operation error",
-	[IBV_WC_RETRY_EXC_ERR] = "transport retry counter exceeded",
-	[IBV_WC_RNR_RETRY_EXC_ERR] = "RNR retry counter exceeded",
-	[IBV_WC_LOC_RDD_VIOL_ERR] = "local RDD violation error",
-	[IBV_WC_REM_INV_RD_REQ_ERR] = "remote invalid RD request",
-	[IBV_WC_REM_ABORT_ERR] = "aborted error",
-	[IBV_WC_INV_EECN_ERR] = "invalid EE context number",
-	[IBV_WC_INV_EEC_STATE_ERR] = "invalid EE context state",
-	[IBV_WC_FATAL_ERR] = "fatal error",
-	[IBV_WC_RESP_TIMEOUT_ERR] = "response timeout error",
-	[IBV_WC_GENERAL_ERR] = "general error",
-};
-_Static_assert(SV_ARRAY_SIZE(wc_status_str) == IBV_WC_GENERAL_ERR + 1, "wc statuses");
-
 #define LOOKUP(table, v) ((unsigned)(v) < SV_ARRAY_SIZE(table) && (table)[v] ? (table)[v] : "unknown")
 
 SV_EXPORT const char *ibv_node_type_str(enum ibv_node_type t) { return LOOKUP(node_type_str, t); }
 SV_EXPORT const char *ibv_port_state_str(enum ibv_port_state s) { return LOOKUP(port_state_str, s); }
-SV_EXPORT const char *ibv_wc_status_str(enum ibv_wc_status s) { return LOOKUP(wc_status_str, s); }
+/* The table is core's: explanations name statuses too. */
+SV_EXPORT const char *ibv_wc_status_str(enum ibv_wc_status s) { return sv_wc_status_name(s); }
 
 SV_EXPORT const char *ibv_event_type_str(enum ibv_event_type e)
 {

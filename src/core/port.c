@@ -1,0 +1,179 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The host's devices: softverbs0.. (count and name configurable), each
+ * with port 1 ACTIVE.  The link layer is InfiniBand by default, with a LID
+ * from the host registry so that perftest and the pingpongs run with no
+ * flags.  In RoCE mode it is Ethernet: the GID table holds RoCEv2 GIDs,
+ * the link-local one and an IPv4-mapped one per address of the host (its
+ * network namespace), and a GRH is required, as on real RoCE (IBA
+ * A16/A17, RoCEv2 annex).  The table and the port's MTU are the host's,
+ * read from its interfaces once: the verbs report them and the engine
+ * routes by them.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <endian.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include "../sv.h"
+
+struct gid_slot {
+	union ibv_gid gid;
+	enum ibv_gid_type type;
+	uint32_t ifindex;
+};
+
+static struct sv_device devices[SV_MAX_DEVICES];
+/* RoCE: the largest IB MTU every interface of the host carries. */
+static enum ibv_mtu link_mtu = IBV_MTU_4096;
+static struct gid_slot gids[SV_MAX_DEVICES][SV_GID_TBL_LEN];
+static int ndevices;
+static pthread_once_t dev_once = PTHREAD_ONCE_INIT;
+
+static void fill_gids(struct sv_device *d)
+{
+	struct gid_slot *g = gids[d->index];
+	struct ifaddrs *ifa, *i;
+	unsigned n = 0;
+
+	/* GID[0]: the link-local GID built from the port GUID (IBA 4.1.1). */
+	g[n].gid.global.subnet_prefix = htobe64(SV_GID_PREFIX);
+	g[n].gid.global.interface_id = htobe64(d->guid);
+	g[n].type = sv_config()->link == SV_LINK_IB ? IBV_GID_TYPE_IB : IBV_GID_TYPE_ROCE_V2;
+	n++;
+	if (sv_config()->link != SV_LINK_ROCE || getifaddrs(&ifa))
+		return;
+	/* RoCEv2 GIDs are IPv4-mapped IPv6 addresses, ::ffff:a.b.c.d. */
+	for (i = ifa; i && n < SV_GID_TBL_LEN; i = i->ifa_next) {
+		if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET)
+			continue;
+		struct sockaddr_in *sin = (struct sockaddr_in *)i->ifa_addr;
+		memset(&g[n].gid, 0, sizeof(g[n].gid));
+		g[n].gid.raw[10] = 0xff;
+		g[n].gid.raw[11] = 0xff;
+		memcpy(&g[n].gid.raw[12], &sin->sin_addr, 4);
+		g[n].type = IBV_GID_TYPE_ROCE_V2;
+		g[n].ifindex = if_nametoindex(i->ifa_name);
+		n++;
+		/* A RoCEv2 packet is the IB MTU plus IPv4, UDP, BTH, the
+		 * largest extension headers and the ICRC: rxe derives the
+		 * port's MTU from its netdev's the same way. */
+		struct ifreq ifr = { 0 };
+		int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+		snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", i->ifa_name);
+		if (fd >= 0 && !ioctl(fd, SIOCGIFMTU, &ifr)) {
+			int room = ifr.ifr_mtu - 20 - 8 - 12 - 28 - 4 - 4;
+			enum ibv_mtu m = IBV_MTU_256;
+			while (m < IBV_MTU_4096 && (128 << (m + 1)) <= room)
+				m++;
+			if (m < link_mtu)
+				link_mtu = m;
+		}
+		if (fd >= 0)
+			close(fd);
+	}
+	freeifaddrs(ifa);
+}
+
+static void init_devices(void)
+{
+	const struct sv_config *c = sv_config();
+	uint64_t h = sv_host_hash();
+
+	ndevices = c->num_devices;
+	for (int i = 0; i < ndevices; i++) {
+		struct sv_device *d = &devices[i];
+		struct ibv_device *ib = &d->ibdev;
+
+		d->index = (unsigned)i;
+		/* A locally administered EUI-64 ("SV" in the top bytes), stable
+		 * for the host so that every process agrees on it. */
+		d->guid = 0x5356000000000000ull | ((h & 0xffffffffffull) << 8) | (uint64_t)i;
+		ib->node_type = IBV_NODE_CA;
+		ib->transport_type = IBV_TRANSPORT_IB;
+		char name[sizeof(ib->name)];
+
+		snprintf(name, sizeof(name), "%s%d", c->dev_prefix, i);
+		memcpy(ib->name, name, sizeof(name));
+		snprintf(ib->dev_name, sizeof(ib->dev_name), "uverbs%d", i);
+		snprintf(ib->dev_path, sizeof(ib->dev_path), "/dev/infiniband/uverbs%d", i);
+		snprintf(ib->ibdev_path, sizeof(ib->ibdev_path), "/sys/class/infiniband/%s", name);
+		fill_gids(d);
+	}
+}
+
+static void ensure_devices(void)
+{
+	pthread_once(&dev_once, init_devices);
+}
+
+int sv_device_count(void)
+{
+	ensure_devices();
+	return ndevices;
+}
+
+struct sv_device *sv_device_at(int i)
+{
+	ensure_devices();
+	return i >= 0 && i < ndevices ? &devices[i] : NULL;
+}
+
+struct sv_device *sv_device_get(struct ibv_device *d)
+{
+	ensure_devices();
+	for (int i = 0; i < ndevices; i++)
+		if (d == &devices[i].ibdev)
+			return &devices[i];
+	return NULL;
+}
+
+enum ibv_mtu sv_port_mtu(const struct sv_device *dev)
+{
+	(void)dev;
+	ensure_devices();
+	return sv_config()->link == SV_LINK_ROCE && link_mtu < sv_config()->active_mtu ? link_mtu :
+	       sv_config()->active_mtu;
+}
+
+bool sv_port_needs_grh(const struct sv_device *dev)
+{
+	(void)dev;
+	return sv_config()->link == SV_LINK_ROCE;
+}
+
+bool sv_gid_entry(const struct sv_device *dev, unsigned index, union ibv_gid *gid,
+		  enum ibv_gid_type *type)
+{
+	if (index >= SV_GID_TBL_LEN)
+		return false;
+	const struct gid_slot *g = &gids[dev->index][index];
+	static const union ibv_gid zero;
+	if (!memcmp(&g->gid, &zero, sizeof(zero)))
+		return false;
+	if (gid)
+		*gid = g->gid;
+	if (type)
+		*type = g->type;
+	return true;
+}
+
+int sv_gid_find(const struct sv_device *dev, const union ibv_gid *gid)
+{
+	for (unsigned i = 0; i < SV_GID_TBL_LEN; i++) {
+		union ibv_gid g;
+		if (sv_gid_entry(dev, i, &g, NULL) && !memcmp(&g, gid, sizeof(g)))
+			return (int)i;
+	}
+	return -1;
+}
+
+uint32_t sv_gid_ifindex(const struct sv_device *dev, unsigned index)
+{
+	return index < SV_GID_TBL_LEN ? gids[dev->index][index].ifindex : 0;
+}

@@ -56,6 +56,7 @@ struct ibv_mw *sv_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
 	/* Unbound: no key published, so its rkey grants nothing yet. */
 	struct shm_mr *e = sv_key_entry(pd->context, key);
 	e->kind = kind;
+	e->mem = SHM_MEM_HOST;	/* the slot may have held a GPU MR */
 	e->pd = sv_pd_base(mw->pd)->ibpd.handle;
 	return &mw->ibmw;
 }
@@ -184,6 +185,7 @@ int sv_mw_exec_bind(struct sv_qp *qp, struct ibv_mw *ibmw, uint32_t rkey,
 	bool zb = b->mw_access_flags & IBV_ACCESS_ZERO_BASED;
 	uint64_t start = zb ? mr->iova : b->addr;
 	e->access = b->mw_access_flags;
+	e->mem = mr->gpu ? SHM_MEM_CUDA : SHM_MEM_HOST;	/* the memory is its MR's */
 	e->pd = sv_pd_base(mw->pd)->ibpd.handle;
 	e->addr = (uintptr_t)mr->ibmr.addr + (start - mr->iova);
 	e->length = b->length;

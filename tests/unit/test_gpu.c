@@ -91,6 +91,8 @@ struct side {
 	struct end e;			/* e.mr, e.buf: the host buffer */
 	char *dbuf;			/* device memory */
 	struct ibv_mr *dmr;
+	struct ibv_mr *wmr;		/* C_WINDOW: an MR that windows bind to */
+	struct ibv_mw *mw;
 };
 
 static char *buf_of(struct side *s, enum mem m)
@@ -144,6 +146,7 @@ static void side_open(struct side *s)
 {
 	CUdeviceptr d;
 
+	memset(s, 0, sizeof(*s));
 	end_open(&s->e, &rc_default);
 	/* end_open's host buffer is BUF bytes; these tests want BIG. */
 	ibv_dereg_mr(s->e.mr);
@@ -160,6 +163,10 @@ static void side_open(struct side *s)
 
 static void side_close(struct side *s)
 {
+	if (s->mw)
+		assert_int_equal(ibv_dealloc_mw(s->mw), 0);
+	if (s->wmr)
+		assert_int_equal(ibv_dereg_mr(s->wmr), 0);
 	if (s->dmr)
 		assert_int_equal(ibv_dereg_mr(s->dmr), 0);
 	assert_int_equal(cu.free((CUdeviceptr)(uintptr_t)s->dbuf), CUDA_SUCCESS);
@@ -168,7 +175,10 @@ static void side_close(struct side *s)
 
 /* ---- the target's commands, run in its process or this one ---- */
 
-enum op { C_INFO, C_FILL, C_CHECK, C_RECV, C_WAIT, C_WORD, C_DEREG, C_REREG, C_EXIT };
+enum op {
+	C_INFO, C_FILL, C_CHECK, C_RECV, C_WAIT, C_WORD, C_DEREG, C_REREG, C_WINDOW, C_UNWINDOW,
+	C_EXIT
+};
 
 struct cmd {
 	enum op op;
@@ -243,6 +253,24 @@ static struct reply serve(struct side *s, const struct cmd *c)
 		r.rc = !s->dmr;
 		if (s->dmr)
 			r.info.rkey[DEV] = s->dmr->rkey;
+		break;
+	case C_WINDOW: {
+		/* A type 1 window over [dbuf + 4096, +8192) of a GPU MR. */
+		s->wmr = ibv_reg_mr(s->e.pd, s->dbuf, BIG, ALL_ACCESS | IBV_ACCESS_MW_BIND);
+		s->mw = s->wmr ? ibv_alloc_mw(s->e.pd, IBV_MW_TYPE_1) : NULL;
+		struct ibv_mw_bind b = { .wr_id = 9, .send_flags = IBV_SEND_SIGNALED,
+					 .bind_info = { s->wmr, (uintptr_t)s->dbuf + 4096, 8192,
+							IBV_ACCESS_REMOTE_WRITE |
+							IBV_ACCESS_REMOTE_READ } };
+		r.rc = !s->mw || ibv_bind_mw(s->e.qp, s->mw, &b) ||
+		       poll_one(s->e.cq).status != IBV_WC_SUCCESS;
+		r.val = s->mw ? s->mw->rkey : 0;
+		break;
+	}
+	case C_UNWINDOW:
+		r.rc = ibv_dealloc_mw(s->mw) || ibv_dereg_mr(s->wmr);
+		s->mw = NULL;
+		s->wmr = NULL;
 		break;
 	case C_EXIT:
 		break;
@@ -471,18 +499,46 @@ static bool udp(void)
 	return t && !strcmp(t, "udp");
 }
 
+/* A memory window inside a GPU MR: a WRITE through its rkey lands in GPU
+ * memory where the window says, and a READ through it reads it back.
+ * Between processes the window's MR is a second MR of the allocation,
+ * opened once more by IPC (one open per MR per peer), and closed by its
+ * deregistration. */
+static void window_write(struct side *me, struct target *t, bool ipc)
+{
+	unsigned long opens = cu.stats ? stat_of(ST_OPENS) : 0;
+	unsigned long closes = cu.stats ? stat_of(ST_CLOSES) : 0;
+	struct reply w = call(t, C_WINDOW, HOST, 0, 0);
+
+	assert_int_equal(w.rc, 0);
+	fill(me, HOST, 77, 8192);
+	uint64_t at = t->info.addr[DEV] + 4096;
+	struct ibv_wc wc = post_wait(me, IBV_WR_RDMA_WRITE, me->e.buf, 8192, me->e.mr->lkey, at,
+				     (uint32_t)w.val);
+	assert_int_equal(wc.status, IBV_WC_SUCCESS);
+	memset(me->e.buf, 0, 8192);
+	wc = post_wait(me, IBV_WR_RDMA_READ, me->e.buf, 8192, me->e.mr->lkey, at, (uint32_t)w.val);
+	assert_int_equal(wc.status, IBV_WC_SUCCESS);
+	assert_int_equal(check(me, HOST, 77, 8192), -1);
+	assert_int_equal(call(t, C_UNWINDOW, HOST, 0, 0).rc, 0);
+	if (ipc && cu.stats) {
+		assert_int_equal(stat_of(ST_OPENS), opens + 1);
+		assert_int_equal(stat_of(ST_CLOSES), closes + 1);
+	}
+}
+
 /* A deregistered GPU MR answers Remote Access Error; over shm the
  * initiator had it open by IPC, once, and has closed it before
  * ibv_dereg_mr returned in the target. */
 static void dereg_then_access(struct side *me, struct target *t, bool ipc)
 {
-	if (ipc && cu.stats) {
-		assert_int_equal(stat_of(ST_OPENS), 1);
+	unsigned long closes = cu.stats ? stat_of(ST_CLOSES) : 0;
+
+	if (ipc && cu.stats)
 		assert_int_equal(stat_of(ST_OPEN_NOW), 1);
-	}
 	assert_int_equal(call(t, C_DEREG, HOST, 0, 0).rc, 0);
 	if (ipc && cu.stats) {
-		assert_int_equal(stat_of(ST_CLOSES), 1);
+		assert_int_equal(stat_of(ST_CLOSES), closes + 1);
 		assert_int_equal(stat_of(ST_OPEN_NOW), 0);
 	}
 	struct ibv_wc wc = post_wait(me, IBV_WR_RDMA_WRITE, me->e.buf, 64, me->e.mr->lkey,
@@ -500,6 +556,7 @@ static void test_in_process(void **state)
 	side_open(&me);
 	target_open(&t, &me, false);
 	run_table(&me, &t);
+	window_write(&me, &t, false);
 	/* Nothing was opened by IPC: one process reaches its own memory. */
 	if (cu.stats)
 		assert_int_equal(stat_of(ST_OPENS), 0);
@@ -516,7 +573,12 @@ static void test_between_processes(void **state)
 	(void)state;
 	side_open(&me);
 	target_open(&t, &me, true);
+	/* The whole table, dozens of operations on the target's GPU MR:
+	 * opened once. */
 	run_table(&me, &t);
+	if (!udp() && cu.stats)
+		assert_int_equal(stat_of(ST_OPENS), 1);
+	window_write(&me, &t, !udp());
 	dereg_then_access(&me, &t, !udp());
 	target_close(&t);
 	side_close(&me);

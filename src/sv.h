@@ -846,6 +846,14 @@ void sv_rq_drain(struct shm_hdr *h, struct shm_wq *wq, struct shm_cq *cq, uint32
 /* An asynchronous event on the context's queue (its async_fd). */
 int sv_async_event(struct ibv_context *ctx, void *obj, enum ibv_event_type type);
 
+/* engine/qp_enter.c: the effects of entering a QP state */
+void sv_qp_enter_state(struct sv_qp *qp, enum ibv_qp_state cur, enum ibv_qp_state next,
+		       const struct ibv_qp_attr *a, int mask);
+/* Moves a QP to ERR from the engine, with its flushes and events. */
+void sv_qp_to_err(struct sv_qp *qp, int ev);	/* ev: an ibv_event_type, or -1 */
+/* Applies an ERR a peer's request left pending (resp.c sv_resp_fail). */
+void sv_qp_sync(struct sv_qp *qp);
+
 /* engine/req.c: the requester */
 void sv_sq_progress(struct sv_qp *qp);
 /* Runs the send queue, whose sq_lock the caller holds, then releases the
@@ -861,9 +869,7 @@ void sv_wr_install(struct sv_qp *qp);
 /* engine/progress.c: the per-context progress thread */
 int sv_progress_start(struct sv_context *c);
 void sv_progress_stop(struct sv_context *c);
-/* Moves a QP to ERR from the engine, with its flushes and events. */
-void sv_qp_to_err(struct sv_qp *qp, int ev);	/* ev: an ibv_event_type, or -1 */
-void sv_qp_sync(struct sv_qp *qp);
+
 
 /* core/port.c: the host's devices, GID table and port MTU */
 struct sv_device *sv_device_get(struct ibv_device *d);

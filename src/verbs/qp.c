@@ -489,109 +489,6 @@ static void apply_attrs(struct sv_qp *qp, const struct ibv_qp_attr *a, int mask)
 	if (mask & IBV_QP_DEST_QPN) s->dest_qp_num = a->dest_qp_num;
 }
 
-/* Side effects of entering a state (IBA 10.3.1, 11.6.3). */
-static void enter_state(struct sv_qp *qp, enum ibv_qp_state cur, enum ibv_qp_state next,
-			const struct ibv_qp_attr *a, int mask)
-{
-	struct ibv_qp *ib = &qp->ex.qp_base;
-
-	switch (next) {
-	case IBV_QPS_RESET:
-		/* RESET forgets every attribute and discards both queues
-		 * without completions (IBA 10.3.1.1). */
-		memset(&qp->attr, 0, sizeof(qp->attr));
-		pthread_mutex_lock(&qp->sq_lock);
-		qp->sq_count = 0;
-		qp->fin_n = 0;
-		atomic_store_explicit(&qp->fins_due, 0, memory_order_relaxed);
-		atomic_store_explicit(&qp->rnr_waiting, false, memory_order_relaxed);
-		pthread_mutex_unlock(&qp->sq_lock);
-		sv_pkt_qp_detach(qp);	/* its packet state goes with its attributes */
-		if (qp->rq)
-			sv_rq_drain(qp->ctx->seg.h, qp->rq, NULL, 0);
-		/* Its completions still in the CQs go too, as mlx5 does
-		 * (mlx5_cq_clean): a reset QP starts from nothing. */
-		if (qp->scq)
-			sv_cq_clean(qp->ctx->seg.h, qp->scq->sh, ib->qp_num);
-		if (qp->rcq && qp->rcq != qp->scq)
-			sv_cq_clean(qp->ctx->seg.h, qp->rcq->sh, ib->qp_num);
-		break;
-	case IBV_QPS_ERR:
-		/* Initiators stop seeing the QP first, then every outstanding
-		 * WQE of both queues completes with IBV_WC_WR_FLUSH_ERR,
-		 * unsignaled ones included (IBA 10.3.1.7, C10-?). */
-		atomic_store_explicit(&qp->sh->state, IBV_QPS_ERR, memory_order_release);
-		sv_sq_flush(qp);
-		sv_flush_rq(qp);
-		/* A QP on an SRQ reports that its last WQE is consumed. */
-		if (cur != IBV_QPS_ERR && qp->srq)
-			sv_async_event(ib->context, ib, IBV_EVENT_QP_LAST_WQE_REACHED);
-		break;
-	case IBV_QPS_SQD:
-		/* The send queue is empty, so it is drained at once.  The event
-		 * is asked for per transition (IBA 11.2.5, "Enable SQD Affiliated
-		 * Asynchronous Event"), not remembered. */
-		if (cur == IBV_QPS_RTS && (mask & IBV_QP_EN_SQD_ASYNC_NOTIFY) &&
-		    a->en_sqd_async_notify)
-			sv_async_event(ib->context, ib, IBV_EVENT_SQ_DRAINED);
-		break;
-	default:
-		break;
-	}
-	ib->state = next;
-	qp->attr.qp_state = next;
-	qp->attr.cur_qp_state = next;
-	/* Mirror what initiators check; the state last (release). */
-	struct shm_qp *sh = qp->sh;
-	atomic_store_explicit(&sh->access, qp->attr.qp_access_flags, memory_order_relaxed);
-	atomic_store_explicit(&sh->qkey, qp->attr.qkey, memory_order_relaxed);
-	sh->min_rnr_timer = qp->attr.min_rnr_timer;
-	sh->port = qp->attr.port_num;
-	sh->pkey_index = qp->attr.pkey_index;
-	atomic_store_explicit(&sh->state, (uint8_t)next, memory_order_release);
-	sv_reg_qpn_set_state(ib->qp_num, next);
-}
-
-/* The caller holds qp->lock. */
-static void to_err_locked(struct sv_qp *qp)
-{
-	struct ibv_qp *ib = &qp->ex.qp_base;
-
-	if (ib->state != IBV_QPS_ERR && ib->state != IBV_QPS_RESET)
-		enter_state(qp, ib->state, IBV_QPS_ERR, &qp->attr, 0);
-	else if (ib->state == IBV_QPS_ERR)
-		sv_sq_flush(qp);	/* WQEs posted after the transition */
-}
-
-void sv_qp_to_err(struct sv_qp *qp, int ev)
-{
-	pthread_mutex_lock(&qp->lock);
-	to_err_locked(qp);
-	pthread_mutex_unlock(&qp->lock);
-	if (ev >= 0)
-		sv_async_event(qp->ex.qp_base.context, &qp->ex.qp_base, (enum ibv_event_type)ev);
-}
-
-/* Applies an ERR transition a peer's request caused (resp.c), so that the
- * owner's verbs never act on a state the QP has already left.  The flag
- * is taken under the QP's lock: a verb that finds it taken by another
- * thread (the progress thread) then waits on that lock for the transition
- * instead of reading the state before it. */
-void sv_qp_sync(struct sv_qp *qp)
-{
-	/* Read before writing: the block's line is read by every initiator,
-	 * and a write would take it from their caches. */
-	if (!atomic_load_explicit(&qp->sh->err_pending, memory_order_relaxed))
-		return;
-	pthread_mutex_lock(&qp->lock);
-	uint32_t e = atomic_exchange_explicit(&qp->sh->err_pending, 0, memory_order_acquire);
-	if (e)
-		to_err_locked(qp);
-	pthread_mutex_unlock(&qp->lock);
-	if (e >= 2)
-		sv_async_event(qp->ex.qp_base.context, &qp->ex.qp_base, (enum ibv_event_type)(e - 2));
-}
-
 /* A verb on another process's QP, run by its owner; its failure is
  * explained here with the owner's words. */
 static int owner_call(struct sv_qp *qp, struct shm_owner_req *r, const char *verb)
@@ -669,7 +566,7 @@ SV_EXPORT int ibv_modify_qp(struct ibv_qp *ib, struct ibv_qp_attr *attr, int mas
 		goto out;
 	}
 	apply_attrs(qp, attr, mask);
-	enter_state(qp, cur, next, attr, mask);
+	sv_qp_enter_state(qp, cur, next, attr, mask);
 	sv_dbg("qpn 0x%x: %s -> %s", ib->qp_num, sv_qp_state_name(cur), sv_qp_state_name(next));
 out:
 	pthread_mutex_unlock(&qp->lock);

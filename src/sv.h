@@ -846,6 +846,19 @@ void sv_rq_drain(struct shm_hdr *h, struct shm_wq *wq, struct shm_cq *cq, uint32
 /* An asynchronous event on the context's queue (its async_fd). */
 int sv_async_event(struct ibv_context *ctx, void *obj, enum ibv_event_type type);
 
+/* engine/resp.c: the key table entries initiators hold */
+/* The shared table entry (shm.h) of an MR or MW key of this context. */
+struct shm_mr *sv_key_entry(struct ibv_context *ctx, uint32_t key);
+/* Clears an entry's key, then waits until no initiator holds it. */
+bool sv_key_revoke_if(const struct shm_hdr *h, struct shm_mr *e, uint32_t key);
+void sv_key_revoke(const struct shm_hdr *h, struct shm_mr *e, uint32_t key);
+
+/* engine/mw_exec.c: BIND_MW and LOCAL_INV, executed in send-queue order
+ * by the requester: 0, or -1 with the reason in why. */
+int sv_mw_exec_bind(struct sv_qp *qp, struct ibv_mw *mw, uint32_t rkey,
+		    const struct ibv_mw_bind_info *b, char *why, size_t len);
+int sv_mw_exec_local_inv(struct sv_qp *qp, uint32_t rkey, char *why, size_t len);
+
 /* engine/qp_enter.c: the effects of entering a QP state */
 void sv_qp_enter_state(struct sv_qp *qp, enum ibv_qp_state cur, enum ibv_qp_state next,
 		       const struct ibv_qp_attr *a, int mask);
@@ -936,11 +949,6 @@ int sv_mr_check_access(int access, const char **why);
 struct ibv_mr *sv_mr_new(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
 			 unsigned access, struct sv_dm *dm, const struct sv_gpu_mem *gpu,
 			 const char *verb);
-/* The shared table entry (shm.h) of an MR or MW key of this context. */
-struct shm_mr *sv_key_entry(struct ibv_context *ctx, uint32_t key);
-/* Clears an entry's key, then waits until no initiator holds it. */
-bool sv_key_revoke_if(const struct shm_hdr *h, struct shm_mr *e, uint32_t key);
-void sv_key_revoke(const struct shm_hdr *h, struct shm_mr *e, uint32_t key);
 int sv_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32_t flags,
 		 struct ibv_sge *sg, uint32_t num_sge);
 void sv_mr_release_all(struct ibv_context *ctx);
@@ -950,11 +958,6 @@ struct ibv_mw *sv_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type);
 int sv_dealloc_mw(struct ibv_mw *mw);
 int sv_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *bind);
 void sv_mw_release_all(struct ibv_context *ctx);
-/* The local operations, executed in send-queue order by the requester:
- * 0, or -1 with the reason in why. */
-int sv_mw_exec_bind(struct sv_qp *qp, struct ibv_mw *mw, uint32_t rkey,
-		    const struct ibv_mw_bind_info *b, char *why, size_t len);
-int sv_mw_exec_local_inv(struct sv_qp *qp, uint32_t rkey, char *why, size_t len);
 
 /* verbs/dm.c */
 struct ibv_dm *sv_alloc_dm(struct ibv_context *ctx, struct ibv_alloc_dm_attr *attr);

@@ -10,6 +10,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -175,6 +176,58 @@ static void put_entry(const struct shm_hdr *h, struct shm_mr *m)
 {
 	if (m)
 		atomic_fetch_sub(shm_mr_users(h, m), 1);
+}
+
+/*
+ * The shared MR table entry peers check rkeys against (shm.h).  Publishing
+ * writes every field and then the key; revoking stores key 0 and then
+ * waits until no initiator is between its check and the end of its copy
+ * (resp.c hold_mr), so after dereg returns no peer touches the memory.
+ */
+struct shm_mr *sv_key_entry(struct ibv_context *ctx, uint32_t key)
+{
+	return &shm_mrs(sv_ctx(ctx)->seg.h)[key >> 8];
+}
+
+static void drain_holders(const struct shm_hdr *h, struct shm_mr *e, uint32_t key)
+{
+	_Atomic uint32_t *users = shm_mr_users(h, e);
+	uint64_t start = sv_now_ns();
+
+	while (atomic_load(users)) {
+		/* Holders finish one copy; only a peer that died mid-copy
+		 * could hold on, and it can no longer write. */
+		if (sv_now_ns() - start > 2000000000ull) {
+			sv_warn("key 0x%x: a peer still holds it after 2 s; revoking anyway", key);
+			atomic_store(users, 0);
+			break;
+		}
+		sched_yield();
+	}
+}
+
+void sv_key_revoke(const struct shm_hdr *h, struct shm_mr *e, uint32_t key)
+{
+	e->revoked_key = key;
+	e->revoked_ns = sv_now_ns();
+	atomic_store(&e->key, 0);
+	drain_holders(h, e, key);
+}
+
+/* Another process's revoke (a dereg through an import): only while the
+ * entry still holds this key, which its owner may have revoked or reused
+ * meanwhile.  The compare-and-swap is sequentially consistent, as the
+ * owner's store is. */
+bool sv_key_revoke_if(const struct shm_hdr *h, struct shm_mr *e, uint32_t key)
+{
+	uint32_t expect = key;
+
+	if (!atomic_compare_exchange_strong(&e->key, &expect, 0))
+		return false;
+	e->revoked_key = key;
+	e->revoked_ns = sv_now_ns();
+	drain_holders(h, e, key);
+	return true;
 }
 
 /* The MR a held window lies in.  Its fields are stable while the window

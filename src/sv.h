@@ -138,8 +138,10 @@ static inline bool sv_gpu_active(void)
 	return atomic_load_explicit(&sv_gpu_ranges, memory_order_relaxed) > 0;
 }
 bool sv_gpu_dev_iov(const struct iovec *v, int n);
-int sv_gpu_pin(void *p, size_t n);
-void sv_gpu_unpin(void *p);
+/* Page-locks a host buffer (0, or an errno: then it stays pageable);
+ * ctx is the context to unpin it with. */
+int sv_gpu_pin(void *p, size_t n, void **ctx);
+void sv_gpu_unpin(void *p, void *ctx);
 /* n bytes, by cuMemcpy when either side is device memory: 0 or EFAULT. */
 int sv_gpu_copy(void *dst, const void *src, size_t n);
 
@@ -712,6 +714,8 @@ uint64_t sv_seg_wq_bytes(const struct shm_wq *wq);
 /* Where a queue's slots start when they are still in its first block. */
 uint64_t sv_seg_wq_slots(uint64_t wq_off);
 void sv_seg_register_local(struct shm_hdr *h, bool add);
+/* Another open context's segment of this process, or NULL. */
+struct shm_hdr *sv_seg_local_other(const struct shm_hdr *not);
 struct shm_hdr *sv_seg_peer(uint32_t ep, int32_t pid, uint64_t start_time);
 struct shm_qp *sv_seg_qp(const struct shm_hdr *h, uint32_t qpn);
 void sv_seg_publish_qp(struct shm_hdr *h, uint32_t qpn, uint64_t off);

@@ -45,6 +45,7 @@ enum {
 enum { CU_MEMORYTYPE_HOST = 1, CU_MEMORYTYPE_DEVICE = 2, CU_MEMORYTYPE_UNIFIED = 4 };
 
 enum { CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 1 };
+enum { CU_MEMHOSTREGISTER_PORTABLE = 1 };
 
 #define CU_IPC_HANDLE_SIZE 64
 typedef struct { char reserved[CU_IPC_HANDLE_SIZE]; } CUipcMemHandle;

@@ -204,16 +204,53 @@ int sv_gpu_copy(void *dst, const void *src, size_t n)
 /* Page-locks a staging buffer, so that copies from and to it are DMA
  * without the driver's own bounce; 0, or an errno (then it is a plain
  * buffer, slower but correct). */
-int sv_gpu_pin(void *p, size_t n)
+/* The calls need a current context: a tracked range's, pushed on
+ * softverbs' own threads; PORTABLE pins for every context. */
+static CUcontext any_ctx(void)
+{
+	CUcontext ctx = NULL;
+
+	pthread_rwlock_rdlock(&ranges_lock);
+	if (nranges)
+		ctx = ranges[0].ctx;
+	pthread_rwlock_unlock(&ranges_lock);
+	return ctx;
+}
+
+static CUresult with_ctx(CUcontext ctx, CUresult (*fn)(void *, size_t, unsigned),
+			 void (*fn1)(void *), void *p, size_t n)
+{
+	CUcontext cur = NULL, popped;
+	bool push = (cu.cuCtxGetCurrent(&cur) != CUDA_SUCCESS || !cur) && ctx;
+	CUresult r = CUDA_SUCCESS;
+
+	if (push && cu.cuCtxPushCurrent(ctx) != CUDA_SUCCESS)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (fn)
+		r = fn(p, n, CU_MEMHOSTREGISTER_PORTABLE);
+	else
+		fn1(p);
+	if (push)
+		cu.cuCtxPopCurrent(&popped);
+	return r;
+}
+
+static void unregister(void *p)
+{
+	cu.cuMemHostUnregister(p);
+}
+
+int sv_gpu_pin(void *p, size_t n, void **ctx)
 {
 	if (!atomic_load_explicit(&loaded, memory_order_acquire))
 		return ENODEV;
-	return cu.cuMemHostRegister(p, n, 0) == CUDA_SUCCESS ? 0 : EFAULT;
+	*ctx = any_ctx();
+	return with_ctx(*ctx, cu.cuMemHostRegister, NULL, p, n) == CUDA_SUCCESS ? 0 : EFAULT;
 }
 
-void sv_gpu_unpin(void *p)
+void sv_gpu_unpin(void *p, void *ctx)
 {
-	cu.cuMemHostUnregister(p);
+	with_ctx(ctx, NULL, unregister, p, 0);
 }
 
 /* ---- registration ---- */

@@ -168,15 +168,20 @@ uint64_t pkt_req_tick(struct pkt_qp *q, uint64_t now);
 /* A staged copy into GPU memory failed: the responder's WRITE at psn, or
  * the requester's READ w. */
 void pkt_resp_gpu_failed(struct pkt_qp *q, uint32_t psn);
-void pkt_req_gpu_failed(struct pkt_qp *q, struct sv_swqe *w);
+void pkt_req_gpu_failed(struct pkt_qp *q, struct sv_swqe *w, bool locked);
 /* pkt_gpu.c: GPU memory on the packet path, in runs (rx_lock held). */
 /* Takes len bytes bound for device memory dst into the current run, or
  * false (not device memory, or no stage): the caller copies them.  A
  * responder passes its held MR, which the run then owns. */
 bool pkt_gpu_put(struct pkt_qp *q, void *dst, const void *src, size_t len, struct sv_swqe *w,
 		 uint32_t psn, const struct shm_hdr *mseg, struct shm_mr *mr);
-/* The run to the device now: before any ACK, completion or memory read. */
+/* The run to the device now: before any ACK, completion or memory read.
+ * Returns the QP whose run failed (its failure handled), or NULL; `held`
+ * is a QP whose sq_lock the caller holds. */
+struct pkt_qp *pkt_gpu_flush_held(struct pkt_ctx *pc, struct pkt_qp *held);
 void pkt_gpu_flush(struct pkt_ctx *pc);
+/* Only a responder's run, which holds an MR. */
+void pkt_gpu_flush_resp(struct pkt_ctx *pc);
 /* The host address of payload bytes [off, +plen) of w, whose local
  * memory liov is GPU memory (sq_lock held); NULL if it cannot be read. */
 const void *pkt_gpu_tx(struct pkt_qp *q, const struct sv_swqe *w, const struct iovec *liov,

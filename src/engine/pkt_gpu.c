@@ -30,6 +30,7 @@
 struct pkt_gpu_rx {
 	uint8_t *buf;
 	bool pinned;
+	void *ctx;			/* the context it was pinned in */
 	char *dst;			/* the run: where its first byte goes */
 	size_t len;
 	struct pkt_qp *q;		/* whose data, to fail it if the copy does */
@@ -42,33 +43,33 @@ struct pkt_gpu_rx {
 struct pkt_gpu_tx {
 	uint8_t *buf;
 	bool pinned;
+	void *ctx;
 	const struct sv_swqe *w;	/* whose bytes: the WQE and its first PSN */
 	uint32_t psn;
 	uint64_t off, len;		/* the message's bytes [off, off + len) */
 };
 
-static uint8_t *stage_alloc(size_t n, bool *pinned)
+static uint8_t *stage_alloc(size_t n, bool *pinned, void **ctx)
 {
 	uint8_t *b = aligned_alloc(4096, n);
 
-	*pinned = b && !sv_gpu_pin(b, n);
+	*pinned = b && !sv_gpu_pin(b, n, ctx);
 	return b;
 }
 
-static void stage_free(uint8_t *b, size_t n, bool pinned)
+static void stage_free(uint8_t *b, bool pinned, void *ctx)
 {
 	if (pinned)
-		sv_gpu_unpin(b);
+		sv_gpu_unpin(b, ctx);
 	free(b);
-	(void)n;
 }
 
-void pkt_gpu_flush(struct pkt_ctx *pc)
+struct pkt_qp *pkt_gpu_flush_held(struct pkt_ctx *pc, struct pkt_qp *held)
 {
 	struct pkt_gpu_rx *g = pc->gpu_rx;
 
 	if (!g || !g->len)
-		return;
+		return NULL;
 	struct iovec d = { g->dst, g->len }, s = { g->buf, g->len };
 	PKT_DMA_BEGIN();
 	int err = sv_copy_iov(&d, 1, &s, 1);
@@ -81,9 +82,21 @@ void pkt_gpu_flush(struct pkt_ctx *pc)
 	g->len = 0;
 	g->mr = NULL;
 	if (err && w)
-		pkt_req_gpu_failed(q, w);
+		pkt_req_gpu_failed(q, w, q == held);
 	else if (err)
 		pkt_resp_gpu_failed(q, psn);
+	return err ? q : NULL;
+}
+
+void pkt_gpu_flush(struct pkt_ctx *pc)
+{
+	pkt_gpu_flush_held(pc, NULL);
+}
+
+void pkt_gpu_flush_resp(struct pkt_ctx *pc)
+{
+	if (pc->gpu_rx && pc->gpu_rx->len && !pc->gpu_rx->w)
+		pkt_gpu_flush_held(pc, NULL);
 }
 
 bool pkt_gpu_put(struct pkt_qp *q, void *dst, const void *src, size_t len, struct sv_swqe *w,
@@ -97,7 +110,7 @@ bool pkt_gpu_put(struct pkt_qp *q, void *dst, const void *src, size_t len, struc
 	struct pkt_gpu_rx *g = pc->gpu_rx;
 	if (!g) {
 		g = calloc(1, sizeof(*g));
-		if (!g || !(g->buf = stage_alloc(RX_STAGE, &g->pinned))) {
+		if (!g || !(g->buf = stage_alloc(RX_STAGE, &g->pinned, &g->ctx))) {
 			free(g);
 			return false;
 		}
@@ -129,7 +142,7 @@ const void *pkt_gpu_tx(struct pkt_qp *q, const struct sv_swqe *w, const struct i
 
 	if (!g) {
 		g = calloc(1, sizeof(*g));
-		if (!g || !(g->buf = stage_alloc(TX_STAGE, &g->pinned))) {
+		if (!g || !(g->buf = stage_alloc(TX_STAGE, &g->pinned, &g->ctx))) {
 			free(g);
 			return NULL;
 		}
@@ -162,7 +175,7 @@ void pkt_gpu_qp_free(struct pkt_qp *q)
 
 	if (!g)
 		return;
-	stage_free(g->buf, TX_STAGE, g->pinned);
+	stage_free(g->buf, g->pinned, g->ctx);
 	free(g);
 	q->gpu_tx = NULL;
 }
@@ -174,7 +187,7 @@ void pkt_gpu_ctx_free(struct pkt_ctx *pc)
 	if (!g)
 		return;
 	pkt_gpu_flush(pc);
-	stage_free(g->buf, RX_STAGE, g->pinned);
+	stage_free(g->buf, g->pinned, g->ctx);
 	free(g);
 	pc->gpu_rx = NULL;
 }

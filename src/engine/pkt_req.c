@@ -520,7 +520,7 @@ static void read_response(struct pkt_qp *q, const struct ib_bth *bth, const stru
 		w->got++;
 	}
 	if (w->got == w->npkts) {
-		pkt_gpu_flush(q->pc);	/* its data in place before it completes */
+		pkt_gpu_flush_held(q->pc, q);	/* its data in place before it completes */
 		if (w->pstate == PW_SENT)
 			w->pstate = PW_DONE;
 	}
@@ -692,6 +692,9 @@ void pkt_req_rx(struct pkt_qp *q, const struct ib_bth *bth, const struct sv_link
 	uint64_t now = sv_now_ns();
 	unsigned op = bth_op(bth);
 
+	/* A responder's run holds its MR: the send queue this ACK may run
+	 * (a LOCAL_INV, a bind) must not wait for it. */
+	pkt_gpu_flush_resp(q->pc);
 	pthread_mutex_lock(&qp->sq_lock);
 	if (!qp->pq_remote || !reliable(q)) {
 		pthread_mutex_unlock(&qp->sq_lock);
@@ -760,8 +763,12 @@ uint64_t pkt_req_tick(struct pkt_qp *q, uint64_t now)
 	return next;
 }
 
-void pkt_req_gpu_failed(struct pkt_qp *q, struct sv_swqe *w)
+void pkt_req_gpu_failed(struct pkt_qp *q, struct sv_swqe *w, bool locked)
 {
+	if (!locked)
+		pthread_mutex_lock(&q->qp->sq_lock);
 	wqe_fail(q, w, IBV_WC_LOC_PROT_ERR, "the READ's GPU memory could not be written "
 		 "(cuMemcpy failed: freed?)");
+	if (!locked)
+		pthread_mutex_unlock(&q->qp->sq_lock);
 }

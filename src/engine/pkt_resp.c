@@ -98,6 +98,19 @@ static void rnr(struct pkt_qp *q, uint32_t psn)
 		send_aeth(q, (uint8_t)(AETH_RNR | (q->qp->sh->min_rnr_timer & 0x1f)), psn);
 }
 
+/* A copy between the packet (l) and the target's memory (r): r is this
+ * process's mapping of it when resp.c mapped it (shareable memory or
+ * another process's GPU memory, for an imported context), else the
+ * target process's own address. */
+static int resp_copy(struct sv_target *t, bool write, const struct iovec *l, int nl,
+		     const struct iovec *r, int nr)
+{
+	if (t->mapped)
+		return sv_copy_mapped(t->own, write, l, nl, r, nr);
+	return write ? sv_copy_to(t->mseg, t->own, l, nl, r, nr) :
+		       sv_copy_from(t->mseg, t->own, l, nl, r, nr);
+}
+
 /* Copies the payload into the receive WQE at q->off. */
 static enum sv_result place_recv(struct pkt_qp *q, struct sv_target *t, const uint8_t *data,
 				 size_t len, uint64_t extra_at, const void *extra, size_t elen)
@@ -123,7 +136,7 @@ static enum sv_result place_recv(struct pkt_qp *q, struct sv_target *t, const ui
 		src[ns++] = (struct iovec){ (void *)data, len };
 	int nd = sv_iov_slice(riov, (int)q->rwqe.w.num_sge, q->off, elen + len, dst);
 	PKT_DMA_BEGIN();
-	int err = ns ? sv_copy_to(t->mseg, t->own, src, ns, dst, nd) : 0;
+	int err = ns ? resp_copy(t, true, src, ns, dst, nd) : 0;
 	PKT_DMA_END();
 	sv_resp_recv_put(t, &q->rwqe.w, held);
 	if (err)
@@ -141,7 +154,10 @@ static void complete_recv(struct pkt_qp *q, struct sv_target *t, enum ibv_wc_opc
 			  uint32_t len, uint32_t src_qp, uint32_t wc_flags, uint32_t imm, bool se,
 			  uint32_t psn)
 {
-	pkt_gpu_flush(q->pc);	/* the completion follows the data */
+	/* The completion follows the data; a run of this QP's that failed
+	 * has failed the QP, and nothing completes. */
+	if (pkt_gpu_flush_held(q->pc, NULL) == q)
+		return;
 	if (rc(q)) {
 		q->ack_psn = psn;
 		pkt_resp_ack(q);
@@ -264,7 +280,7 @@ static void read_respond(struct pkt_qp *q, struct sv_target *t, uint32_t psn, ui
 		if (copy && plen) {
 			struct iovec b = { buf, plen };
 			PKT_DMA_BEGIN();
-			int cerr = sv_copy_from(t->mseg, t->own, &b, 1, &pl, 1);
+			int cerr = resp_copy(t, false, &b, 1, &pl, 1);
 			PKT_DMA_END();
 			if (cerr) {
 				fail(q, t, NAK_REM_OP, psn, IBV_WC_SUCCESS, IBV_EVENT_QP_FATAL,
@@ -319,11 +335,11 @@ static bool atomic_exec(struct pkt_qp *q, struct sv_target *t, unsigned op, uint
 	struct iovec rv = { addr, 8 }, ov = { &old, 8 }, nv = { &new, 8 };
 	sv_shm_lock(&t->mseg->atomic_lock);
 	PKT_DMA_BEGIN();
-	int err = sv_copy_from(t->mseg, t->own, &ov, 1, &rv, 1);
+	int err = resp_copy(t, false, &ov, 1, &rv, 1);
 	if (!err) {
 		new = op == IB_OP_FETCH_ADD ? old + swap_add : old == cmp ? swap_add : old;
 		if (new != old)
-			err = sv_copy_to(t->mseg, t->own, &nv, 1, &rv, 1);
+			err = resp_copy(t, true, &nv, 1, &rv, 1);
 	}
 	PKT_DMA_END();
 	sv_shm_unlock(&t->mseg->atomic_lock);
@@ -522,7 +538,7 @@ void pkt_resp_rx(struct pkt_qp *q, const struct ib_bth *bth, const struct sv_lin
 		struct iovec s = { (void *)data, 8 }, dv = { addr, 8 };
 		sv_shm_lock(&t.mseg->atomic_lock);
 		PKT_DMA_BEGIN();
-		int err = sv_copy_to(t.mseg, t.own, &s, 1, &dv, 1);
+		int err = resp_copy(&t, true, &s, 1, &dv, 1);
 		PKT_DMA_END();
 		sv_shm_unlock(&t.mseg->atomic_lock);
 		sv_resp_mr_put(t.mseg, mr);
@@ -584,7 +600,7 @@ void pkt_resp_rx(struct pkt_qp *q, const struct ib_bth *bth, const struct sv_lin
 			if (t.pid != sv_pid() ||
 			    !pkt_gpu_put(q, addr, data, plen, NULL, psn, t.mseg, mr)) {
 				PKT_DMA_BEGIN();
-				err = sv_copy_to(t.mseg, t.own, &s, 1, &dv, 1);
+				err = resp_copy(&t, true, &s, 1, &dv, 1);
 				PKT_DMA_END();
 				sv_resp_mr_put(t.mseg, mr);
 			}

@@ -146,7 +146,8 @@ enum sv_result sv_raw_send(struct sv_qp *qp, struct sv_swqe *w, const struct iov
 	size_t got = 0;
 	for (int i = 0; i < n && got < h; i++) {
 		size_t c = frame[i].iov_len < h - got ? frame[i].iov_len : h - got;
-		memcpy(hdr + got, frame[i].iov_base, c);
+		struct iovec d = { hdr + got, c }, s = { frame[i].iov_base, c };
+		sv_copy_iov(&d, 1, &s, 1);	/* the frame may be in GPU memory */
 		got += c;
 	}
 	parse(hdr, h, &k);

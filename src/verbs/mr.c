@@ -428,8 +428,16 @@ SV_EXPORT int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd, vo
 	if ((flags & IBV_REREG_MR_CHANGE_ACCESS) && check_access(access, verb))
 		return REREG_ERR_CMD;
 	int eff = flags & IBV_REREG_MR_CHANGE_ACCESS ? access : (int)mr->access;
-	if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && check_range(addr, length, eff, verb, NULL))
-		return REREG_ERR_CMD;
+	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+		struct sv_gpu_mem g;
+		char why[200] = "";
+		int gpu = probe_gpu(addr, length, (unsigned)eff, &g, why, sizeof(why), verb);
+		if (gpu > 0)
+			sv_fail(EOPNOTSUPP, verb, "[%p, +%zu) is GPU memory: register it with "
+				"ibv_reg_mr instead", addr, length);
+		if (gpu || check_range(addr, length, eff, verb, why))
+			return REREG_ERR_CMD;
+	}
 	if (!(flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (flags & IBV_REREG_MR_CHANGE_ACCESS) &&
 	    check_writable(ibmr->addr, ibmr->length, eff, verb, NULL))
 		return REREG_ERR_CMD;

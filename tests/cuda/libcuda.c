@@ -429,7 +429,9 @@ EXPORT CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n)
  * counted. */
 EXPORT CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned flags)
 {
-	if (!p || !n || flags)
+	if (!current())
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!p || !n || (flags & ~(unsigned)CU_MEMHOSTREGISTER_PORTABLE))
 		return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&lock);
 	stats.pinned_now++;
@@ -439,6 +441,8 @@ EXPORT CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned flags)
 
 EXPORT CUresult cuMemHostUnregister(void *p)
 {
+	if (!current())
+		return CUDA_ERROR_INVALID_CONTEXT;
 	pthread_mutex_lock(&lock);
 	stats.pinned_now--;
 	pthread_mutex_unlock(&lock);

@@ -166,12 +166,26 @@ void sv_gpu_sweep(void)
 	pthread_mutex_unlock(&lock);
 }
 
+/* The mappings are the process's, and another context's QPs may be
+ * copying through one: they move to another open context, whose progress
+ * thread sweeps them from then on; only the last context closes them. */
 void sv_gpu_forget(const struct shm_hdr *via)
 {
+	const struct shm_hdr *other = sv_seg_local_other(via);
+
 	pthread_mutex_lock(&lock);
-	for (int i = nopen - 1; i >= 0; i--)
-		if (open_list[i].via == via)
+	for (int i = nopen - 1; i >= 0; i--) {
+		struct opened *o = &open_list[i];
+		if (o->via != via)
+			continue;
+		if (!other) {
 			close_one(i);
+			continue;
+		}
+		o->via = other;
+		o->sh->importers[o->slot].ep = other->ep;
+		o->sh->importers[o->slot].start_time = other->start_time;
+	}
 	pthread_mutex_unlock(&lock);
 }
 

@@ -432,6 +432,18 @@ void sv_seg_register_local(struct shm_hdr *h, bool add)
 	pthread_mutex_unlock(&peers_lock);
 }
 
+struct shm_hdr *sv_seg_local_other(const struct shm_hdr *not)
+{
+	struct shm_hdr *h = NULL;
+
+	pthread_mutex_lock(&peers_lock);
+	for (size_t i = 0; i < SV_ARRAY_SIZE(local_segs) && !h; i++)
+		if (local_segs[i] && local_segs[i] != not)
+			h = local_segs[i];
+	pthread_mutex_unlock(&peers_lock);
+	return h;
+}
+
 /*
  * The segment of endpoint ep owned by (pid, start_time), mapped once and
  * kept for the life of the process: a peer that died leaves its mapping

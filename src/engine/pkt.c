@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../gsi.h"
 #include "pkt.h"
 
 /* IBA Table 35 and what each operation carries (9.2-9.3). */
@@ -197,7 +198,7 @@ bool sv_route_remote(const struct sv_device *dev, const struct ibv_ah_attr *av,
 
 static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static struct pkt_ctx *ctx_open(struct sv_context *c, char *why, size_t len)
+struct pkt_ctx *pkt_ctx_get(struct sv_context *c, char *why, size_t len)
 {
 	pthread_mutex_lock(&open_lock);
 	struct pkt_ctx *pc = c->pkt;
@@ -213,6 +214,7 @@ static struct pkt_ctx *ctx_open(struct sv_context *c, char *why, size_t len)
 		return NULL;
 	}
 	pc->ctx = c;
+	pc->gsi_fd = pc->gsi_rx = -1;
 	pc->st = &c->seg.h->pkt;
 	pc->ops = &sv_link_udp;
 	pthread_mutex_init(&pc->rx_lock, NULL);
@@ -284,6 +286,7 @@ void sv_pkt_ctx_close(struct sv_context *c)
 		struct timespec ts = { 0, 5000000 };
 		nanosleep(&ts, NULL);
 	}
+	pkt_gsi_close(pc);
 	pc->ops->close(pc->link);
 	atomic_store_explicit(&pc->st->on, 0, memory_order_relaxed);
 	for (unsigned i = 0; i < PKT_HASH; i++)
@@ -303,14 +306,15 @@ bool sv_pkt_owns(struct sv_context *c, uint32_t qpn)
 {
 	struct pkt_ctx *pc = c->pkt;
 
-	return pc && sv_seg_qp(c->seg.h, qpn) != NULL;
+	/* QP1 is every context's: its MADs go on by their CM IDs (gsi.c). */
+	return pc && (qpn == SV_GSI_QPN || sv_seg_qp(c->seg.h, qpn) != NULL);
 }
 
 static struct pkt_qp *qp_attach(struct sv_qp *qp, char *why, size_t len)
 {
 	if (qp->pq)
 		return qp->pq;
-	struct pkt_ctx *pc = ctx_open(qp->ctx, why, len);
+	struct pkt_ctx *pc = pkt_ctx_get(qp->ctx, why, len);
 	if (!pc)
 		return NULL;
 	struct pkt_qp *q = calloc(1, sizeof(*q));
@@ -630,6 +634,10 @@ void sv_pkt_rx(struct sv_context *c, const struct sv_link_pkt *p)
 	    !(ib_opinfo[bth_op(bth)].types & IBT(bth_tr(bth))) ||
 	    p->len < sizeof(*bth) + ib_hdr_len(bth->opcode) + bth_pad(bth)) {
 		atomic_fetch_add_explicit(&pc->st->drop_bad_hdr, 1, memory_order_relaxed);
+		return;
+	}
+	if (bth_qpn(bth) == SV_GSI_QPN) {
+		pkt_gsi_rx(pc, p);
 		return;
 	}
 	struct pkt_qp *q = pkt_lookup(pc, bth_qpn(bth));

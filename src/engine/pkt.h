@@ -112,6 +112,11 @@ struct pkt_ctx {
 	/* The endpoint's counters, in the context's segment: drops of
 	 * packets that reached no QP, or failed a check before one. */
 	struct sv_pkt_ep_stats *st;
+	/* QP1 (gsi.c): the socket MADs leave from, and the one that hands
+	 * received MADs to their takers; under qps_lock until opened. */
+	int gsi_fd, gsi_rx;
+	uint16_t gsi_port;
+	_Atomic uint32_t gsi_psn;
 };
 
 static inline struct pkt_qp *pkt_lookup(struct pkt_ctx *pc, uint32_t qpn)
@@ -124,6 +129,8 @@ static inline struct pkt_qp *pkt_lookup(struct pkt_ctx *pc, uint32_t qpn)
 }
 
 /* pkt.c */
+/* The context's packet state, opened on first use; NULL with why. */
+struct pkt_ctx *pkt_ctx_get(struct sv_context *c, char *why, size_t len);
 /*
  * The device's copies into and out of registered memory are DMA: ordered
  * for the application only by the completion it polls, or by what the two
@@ -188,5 +195,9 @@ const void *pkt_gpu_tx(struct pkt_qp *q, const struct sv_swqe *w, const struct i
 		       int nl, uint64_t len, uint64_t off, uint64_t plen);
 void pkt_gpu_qp_free(struct pkt_qp *q);
 void pkt_gpu_ctx_free(struct pkt_ctx *pc);
+
+/* gsi.c: QP1 */
+void pkt_gsi_rx(struct pkt_ctx *pc, const struct sv_link_pkt *p);
+void pkt_gsi_close(struct pkt_ctx *pc);
 
 #endif

@@ -119,6 +119,35 @@ bool cm_addr_local(const struct sockaddr *a)
 	return found;
 }
 
+/* Another host rdma_cm can reach (RoCE mode): an IPv4 address on a
+ * subnet one of this host's interfaces is on, as a neighbour the kernel
+ * would resolve without a gateway.  src gets that interface's address.
+ * Routed destinations are not resolved: softverbs sends nothing past the
+ * hosts it is attached to unless a QP is pointed there. */
+bool cm_addr_onlink(const struct sockaddr *dst, struct sockaddr_storage *src)
+{
+	struct ifaddrs *ifa, *i;
+	struct in_addr v4;
+	bool found = false;
+
+	if (!v4_of(dst, &v4) || getifaddrs(&ifa))
+		return false;
+	for (i = ifa; i && !found; i = i->ifa_next) {
+		if (!i->ifa_addr || !i->ifa_netmask || i->ifa_addr->sa_family != AF_INET ||
+		    (i->ifa_flags & IFF_LOOPBACK) || !(i->ifa_flags & IFF_UP))
+			continue;
+		uint32_t a = ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr;
+		uint32_t m = ((struct sockaddr_in *)i->ifa_netmask)->sin_addr.s_addr;
+		if ((a & m) == (v4.s_addr & m) && m != 0xffffffffu) {
+			found = true;
+			memset(src, 0, sizeof(*src));
+			memcpy(src, i->ifa_addr, sizeof(struct sockaddr_in));
+		}
+	}
+	freeifaddrs(ifa);
+	return found;
+}
+
 /* The source for a multicast group: the host's first address of the
  * family that is not loopback, else loopback. */
 static void local_source(int family, struct sockaddr_storage *out)
@@ -141,7 +170,7 @@ static void local_source(int family, struct sockaddr_storage *out)
 	freeifaddrs(ifa);
 }
 
-static bool roce(struct ibv_context *ctx)
+bool cm_roce(struct ibv_context *ctx)
 {
 	struct ibv_port_attr pa;
 
@@ -157,7 +186,7 @@ void cm_addr_gid(struct ibv_context *ctx, const struct sockaddr *a, union ibv_gi
 
 	*index = 0;
 	memset(gid, 0, sizeof(*gid));
-	if (!roce(ctx) || ibv_query_port(ctx, 1, &pa)) {
+	if (!cm_roce(ctx) || ibv_query_port(ctx, 1, &pa)) {
 		ibv_query_gid(ctx, 1, 0, gid);
 		return;
 	}
@@ -274,6 +303,12 @@ CM_EXPORT int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
 		return cm_fail(EINVAL, NULL, "rdma_bind_addr", "%s is NULL", id ? "addr" : "id");
 	pthread_mutex_lock(&cm_mu);
 	ret = cm_bind_locked(cm_of(id), addr);
+	/* Other hosts' REQs for the port wait on its service ID's socket
+	 * from now on, so that a server that tells its client the port
+	 * before it listens (qperf does) does not reject the client's REQ:
+	 * they are read once it listens. */
+	if (!ret)
+		cm_mad_bind(cm_of(id));
 	pthread_mutex_unlock(&cm_mu);
 	return ret;
 }
@@ -322,13 +357,19 @@ CM_EXPORT int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr
 	}
 	memcpy(&c->id.route.addr.dst_storage, &dst, sizeof(dst));
 	bool group = cm_addr_multicast((struct sockaddr *)&dst);
-	if (!group && !cm_addr_local((struct sockaddr *)&dst)) {
+	struct sockaddr_storage via;
+	bool here = group || cm_addr_local((struct sockaddr *)&dst);
+	if (!here && !(cm_roce(cm_device()) && cm_addr_onlink((struct sockaddr *)&dst, &via))) {
 		struct cm_event *e = cm_event_queue(c, RDMA_CM_EVENT_ADDR_ERROR, -EHOSTUNREACH);
 
 		if (e)
-			cm_explain_event(c, &e->ev, "no host answers for that address: it is not "
-					 "one of this host's (network namespace's), and softverbs "
-					 "reaches other hosts only through its UDP transport");
+			cm_explain_event(c, &e->ev, cm_roce(cm_device()) ?
+					 "no host answers for that address: it is neither this "
+					 "host's (network namespace's) nor on a subnet this host "
+					 "is attached to" :
+					 "no host answers for that address: it is not one of this "
+					 "host's (network namespace's), and across hosts softverbs "
+					 "speaks RoCEv2 (SOFTVERBS_LINK_LAYER=roce)");
 		(void)timeout_ms;
 		ret = cm_sync_wait(c);
 		pthread_mutex_unlock(&cm_mu);
@@ -341,6 +382,8 @@ CM_EXPORT int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr
 
 		if (group)
 			local_source(dst.ss_family, &c->id.route.addr.src_storage);
+		else if (!here)
+			memcpy(&c->id.route.addr.src_storage, &via, sizeof(via));
 		else
 			memcpy(&c->id.route.addr.src_storage, &dst, sizeof(dst));
 		cm_addr_set_port(&c->id.route.addr.src_addr, p);

@@ -188,6 +188,8 @@ void cm_watch(struct cm_id *c, bool on)
 	if (c->fd < 0 || c->in_epoll == on || !c->chan)
 		return;
 	epoll_ctl(c->chan->ch.fd, on ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, c->fd, &e);
+	if (c->mfd >= 0)
+		epoll_ctl(c->chan->ch.fd, on ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, c->mfd, &e);
 	c->in_epoll = on;
 }
 

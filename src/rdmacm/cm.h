@@ -13,7 +13,7 @@
  * accepted socket becomes the new id's.  The messages are those of the
  * IBTA CM (chapter 12: REQ, REP, RTU, REJ, DREQ, DREP, SIDR_REQ and
  * SIDR_REP) with their private-data sizes; their fields are the ones a CM
- * MAD carries, so that the same exchange can later cross hosts as MADs.
+ * MAD carries, so the same exchange crosses hosts as MADs to QP1 (mad.c).
  *
  * Layering: this library is a verbs consumer like any other.  It includes
  * <infiniband/verbs.h> and calls libibverbs.so.1's public verbs, plus the
@@ -32,6 +32,8 @@
 #include <stdint.h>
 #include <sys/queue.h>
 #include <rdma/rdma_cma.h>
+
+#include "../gsi.h"
 
 #define CM_EXPORT __attribute__((visibility("default")))
 
@@ -143,6 +145,8 @@ struct cm_id {
 	struct cm_chan *chan;
 	TAILQ_ENTRY(cm_id) link;	/* in chan->ids */
 	int fd;				/* the port's socket, or the connection's */
+	int mfd;			/* a listener's: MADs for its service ID (mad.c) */
+	int port_fd;			/* a remote connection's: the port it holds */
 	bool in_epoll;
 	uint16_t port;			/* host order; 0 while unbound */
 	struct ibv_sa_path_rec path;
@@ -177,6 +181,14 @@ struct cm_id {
 	int backlog, pending;
 	struct cm_id *listener;		/* a passive id's, until reported */
 	bool destroying;
+
+	/* A peer on another host: messages are CM MADs (mad.c). */
+	bool remote;
+	TAILQ_ENTRY(cm_id) rlink;	/* mad.c's remote ids */
+	uint32_t local_comm_id, remote_comm_id;
+	uint64_t tid;
+	uint8_t last_type;		/* the last MAD sent, for retries and repeats */
+	uint8_t last_mad[256];
 
 	struct ibv_qp_init_attr_ex *ep_qp_attr;	/* rdma_create_ep, passive */
 	struct cm_mcast *mcasts;
@@ -230,12 +242,26 @@ const char *cm_addr_str(const struct sockaddr *a, char *buf, size_t len);
 uint16_t cm_addr_port(const struct sockaddr *a);
 void cm_addr_set_port(struct sockaddr *a, uint16_t port);
 socklen_t cm_addr_len(const struct sockaddr *a);
+bool cm_roce(struct ibv_context *ctx);
+bool cm_addr_onlink(const struct sockaddr *dst, struct sockaddr_storage *src);
 
 /* conn.c */
 void cm_on_readable(struct cm_id *c);
 void cm_on_timer(struct cm_id *c);
 void cm_drop_connection(struct cm_id *c);
 int cm_send(struct cm_id *c, struct cm_msg *m);
+void cm_on_msg(struct cm_id *c, const struct cm_msg *m);
+
+/* mad.c */
+uint64_t cm_service_id(enum rdma_port_space ps, uint16_t port);
+void cm_mad_bind(struct cm_id *c);
+int cm_mad_listen(struct cm_id *l);
+int cm_mad_connect(struct cm_id *c);
+int cm_mad_send(struct cm_id *c, const struct cm_msg *m);
+void cm_mad_resend(struct cm_id *c);
+void cm_mad_on_listener(struct cm_id *l);
+void cm_mad_on_readable(struct cm_id *c);
+void cm_mad_forget(struct cm_id *c);
 
 /* qp.c */
 int cm_init_qp_attr(struct cm_id *c, struct ibv_qp_attr *a, int *mask);

@@ -62,6 +62,8 @@ int cm_send(struct cm_id *c, struct cm_msg *m)
 		m->lid = pa.lid;
 	memcpy(&m->src, &c->id.route.addr.src_storage, sizeof(m->src));
 	memcpy(&m->dst, &c->id.route.addr.dst_storage, sizeof(m->dst));
+	if (c->remote)
+		return c->fd < 0 || cm_mad_send(c, m) ? -1 : 0;
 	if (c->fd < 0 || send(c->fd, m, sizeof(*m), MSG_NOSIGNAL | MSG_DONTWAIT) != sizeof(*m))
 		return -1;
 	return 0;
@@ -82,7 +84,25 @@ static void close_socket(struct cm_id *c)
 	cm_watch(c, false);
 	if (c->fd >= 0)
 		close(c->fd);
-	c->fd = -1;
+	if (c->mfd >= 0)
+		close(c->mfd);
+	if (c->port_fd >= 0)
+		close(c->port_fd);
+	c->fd = c->mfd = c->port_fd = -1;
+}
+
+/* The wait for a response: for a peer on this host, one CM timeout for
+ * all its tries (its socket cannot lose a message); across hosts each
+ * try waits one CM response timeout, and cm_on_timer sends again. */
+static void await(struct cm_id *c, enum cm_timer t, unsigned local_tries)
+{
+	c->tries = 0;
+	cm_set_timer(c, t, c->remote ? cm_response_ns() : cm_response_ns() * local_tries);
+}
+
+static unsigned cm_tries(void)
+{
+	return (unsigned)softverbs_cm_setting("cm_retries") + 1;
 }
 
 /* rdma_destroy_id and dropped requests: tell the peer, as ib_cm does when
@@ -146,6 +166,8 @@ CM_EXPORT int rdma_listen(struct rdma_cm_id *id, int backlog)
 	}
 	/* The kernel's ucma caps the backlog at max_backlog, 1024. */
 	c->backlog = backlog <= 0 || backlog > 1024 ? 1024 : backlog;
+	/* Other hosts reach the listener by its service ID. */
+	cm_mad_bind(c);
 	c->state = CM_LISTEN;
 	cm_watch(c, true);
 	pthread_mutex_unlock(&cm_mu);
@@ -384,8 +406,7 @@ CM_EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *param)
 		return cm_fail(ECONNRESET, c, "rdma_accept", "the requester is gone");
 	}
 	c->state = CM_REP_SENT;
-	cm_set_timer(c, CM_T_RTU, cm_response_ns() *
-		     ((uint64_t)softverbs_cm_setting("cm_retries") + 1));
+	await(c, CM_T_RTU, cm_tries());
 	ret = cm_sync_wait(c);
 	pthread_mutex_unlock(&cm_mu);
 	return ret;
@@ -500,7 +521,23 @@ CM_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *param)
 	}
 	uint16_t port = cm_addr_port(&c->id.route.addr.dst_addr);
 	c->state = CM_REQ_SENT;
-	if (connect(c->fd, (struct sockaddr *)&u, cm_port_addr(c->id.ps, port, &u))) {
+	/* An id that connects takes no REQs from other hosts. */
+	if (c->mfd >= 0) {
+		close(c->mfd);
+		c->mfd = -1;
+	}
+	if (!cm_addr_local(&c->id.route.addr.dst_addr)) {
+		/* Another host: a REQ MAD to its QP1 (mad.c). */
+		c->remote_gid = c->id.route.addr.addr.ibaddr.dgid;
+		if (cm_mad_connect(c)) {
+			int err = errno;
+
+			c->state = CM_ROUTE_RESOLVED;
+			pthread_mutex_unlock(&cm_mu);
+			return cm_fail(err, c, "rdma_connect", "no CM socket for the connection: %s",
+				       strerror(err));
+		}
+	} else if (connect(c->fd, (struct sockaddr *)&u, cm_port_addr(c->id.ps, port, &u))) {
 		int err = errno;
 
 		if (err == ECONNREFUSED || err == ENOENT)
@@ -519,8 +556,7 @@ CM_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *param)
 			  "the listener went away");
 	} else {
 		cm_watch(c, true);
-		cm_set_timer(c, CM_T_REP, cm_response_ns() *
-			     ((uint64_t)softverbs_cm_setting("cm_retries") + 1));
+		await(c, CM_T_REP, cm_tries());
 	}
 	ret = cm_sync_wait(c);
 	pthread_mutex_unlock(&cm_mu);
@@ -685,7 +721,7 @@ CM_EXPORT int rdma_disconnect(struct rdma_cm_id *id)
 		if (cm_send(c, &(struct cm_msg){ .type = CM_MSG_DREQ }))
 			disconnected(c);
 		else
-			cm_set_timer(c, CM_T_DREP, cm_response_ns());
+			await(c, CM_T_DREP, 1);
 		ret = cm_sync_wait(c);
 		break;
 	case CM_DREQ_SENT:
@@ -744,7 +780,7 @@ static bool msg_ok(const struct cm_msg *m, ssize_t n)
 	       (m->dst.ss_family == AF_INET || m->dst.ss_family == AF_INET6);
 }
 
-static void on_msg(struct cm_id *c, const struct cm_msg *m)
+void cm_on_msg(struct cm_id *c, const struct cm_msg *m)
 {
 	switch (m->type) {
 	case CM_MSG_REQ:
@@ -812,8 +848,13 @@ void cm_on_readable(struct cm_id *c)
 {
 	struct cm_msg m;
 
-	if (c->state == CM_LISTEN)
-		return on_listener(c);
+	if (c->state == CM_LISTEN) {
+		on_listener(c);
+		cm_mad_on_listener(c);
+		return;
+	}
+	if (c->remote)
+		return cm_mad_on_readable(c);
 	for (;;) {
 		enum cm_state before = c->state;
 		/* MSG_TRUNC: a record longer than a message reports its
@@ -829,7 +870,7 @@ void cm_on_readable(struct cm_id *c)
 					     "dropped", (void *)c, n);
 			continue;
 		}
-		on_msg(c, &m);
+		cm_on_msg(c, &m);
 		/* A request beyond the backlog freed its id: c is not touched
 		 * again (epoll is level-triggered, so what is left is read on
 		 * the next pump).  A connection that ended closed its socket. */
@@ -843,6 +884,15 @@ void cm_on_timer(struct cm_id *c)
 	enum cm_timer t = c->timer;
 
 	c->timer = CM_T_NONE;
+	/* Across hosts a MAD may be lost: it goes again (ib_cm's
+	 * cm_process_send_error retries up to max_cm_retries). */
+	if (c->remote && (t == CM_T_REP || t == CM_T_RTU || t == CM_T_DREP) &&
+	    c->tries + 1 < cm_tries()) {
+		c->tries++;
+		cm_mad_resend(c);
+		cm_set_timer(c, t, cm_response_ns());
+		return;
+	}
 	switch (t) {
 	case CM_T_REP:
 	case CM_T_RTU:

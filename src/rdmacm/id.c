@@ -195,7 +195,7 @@ struct cm_id *cm_id_new(struct cm_chan *ch, void *context, enum rdma_port_space 
 
 	if (!c)
 		return NULL;
-	c->fd = -1;
+	c->fd = c->mfd = c->port_fd = -1;
 	c->id.context = context;
 	c->id.ps = ps;
 	c->id.qp_type = qpt;
@@ -209,6 +209,11 @@ void cm_id_free(struct cm_id *c)
 {
 	if (c->fd >= 0)
 		close(c->fd);
+	if (c->mfd >= 0)
+		close(c->mfd);
+	if (c->port_fd >= 0)
+		close(c->port_fd);
+	cm_mad_forget(c);
 	free(c->id.route.path_rec);
 	free(c->ep_qp_attr);
 	free(c);

@@ -1,0 +1,239 @@
+#!/bin/bash
+# rdma_cm across hosts: rdmacm-utils and perftest -R between two network
+# namespaces joined by a veth (198.18.0.1/30 and 198.18.0.2/30, nothing
+# else routed), the server in A, the client in B.  Their connection
+# messages are CM MADs to QP1 in RoCEv2 packets (src/gsi.h): each run must
+# have put traffic on the veth, and a captured run is decoded by tshark,
+# which must find the CM exchange and no error.  Then the failures: REJ
+# for a port nothing listens on, ADDR_ERROR for an address no host
+# answers, UNREACHABLE when every MAD is lost; and a connection under 30%
+# loss, which the CM's retries carry.
+#
+# Needs root (namespaces, veths); without it the script says so and
+# passes nothing.  It runs in a network namespace of its own.
+set -u
+if [ -z "${SV_CMH_REEXEC:-}" ]; then
+	export SV_CMH_REEXEC=1
+	if [ "$(id -u)" -ne 0 ] || ! unshare -n true 2>/dev/null; then
+		echo "skipped: two test hosts need root (network namespaces and a veth)"
+		exit 0
+	fi
+	exec unshare -n bash "$0" "$@"
+fi
+here=$(dirname "$0")
+. "$here/lib.sh"
+. "$here/netns.sh"
+
+NSA=cmA-$$ NSB=cmB-$$
+ADDR_A=198.18.0.1
+cleanup() {
+	local p
+	for p in $(jobs -p); do kill "$p" 2>/dev/null; done
+	ns_del "$NSA" "$NSB"
+	rm -rf "$TMP"
+}
+ns_traps cleanup
+ns_sweep cmA cmB
+ip link set lo up
+if ! ns_add "$NSA" || ! ns_add "$NSB" ||
+	! ns_veth "$NSA" cma 198.18.0.1/30 "$NSB" cmb 198.18.0.2/30; then
+	bad "the two test hosts could not be made"
+	finish
+	exit
+fi
+
+# on NS SECONDS CMD...: CMD in NS under softverbs in RoCE mode.
+on() {
+	local ns=$1 t=$2
+	shift 2
+	timeout "$t" ip netns exec "$ns" env LD_LIBRARY_PATH="$LD_LIBRARY_PATH" \
+		SOFTVERBS_LINK_LAYER=roce ${LD_PRELOAD:+LD_PRELOAD=$LD_PRELOAD} \
+		${ASAN_OPTIONS:+ASAN_OPTIONS=$ASAN_OPTIONS} "${CM_ENV[@]}" "$@"
+}
+CM_ENV=()
+
+# wait_cm NS PORT [PS]: until an rdma_cm listener in NS takes MADs for PORT
+# of the port space PS (hex, TCP by default): its service ID's name (mad.c).
+wait_cm() {
+	local name
+	name=$(printf '@softverbs-cm:svc:%016x' $(((0x${3:-0106} << 16) + $2)))
+	for _ in $(seq 150); do
+		ip netns exec "$1" awk -v n="$name" '$8 == n {f=1} END {exit !f}' /proc/net/unix &&
+			return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+tx_bytes() { ip netns exec "$1" cat "/sys/class/net/$2/statistics/tx_bytes"; }
+
+# cm_pair WHAT PORT PATTERN "SERVER ARGS" "CLIENT ARGS": both exit 0 within
+# 120 s, the client's output matches PATTERN, and both veth ends sent.
+cm_pair() {
+	local what=$1 port=$2 pat=$3 srv a0 b0 crc src
+	a0=$(tx_bytes "$NSA" cma) b0=$(tx_bytes "$NSB" cmb)
+	# shellcheck disable=SC2086
+	on "$NSA" 120 $4 >"$TMP/srv.log" 2>&1 &
+	srv=$!
+	if ! wait_cm "$NSA" "$port"; then
+		bad "$what: the server never listened"; sed 's/^/    srv: /' "$TMP/srv.log" | tail -5
+		kill $srv 2>/dev/null; wait $srv 2>/dev/null
+		return 1
+	fi
+	# shellcheck disable=SC2086
+	on "$NSB" 120 $5 >"$TMP/cli.log" 2>&1
+	crc=$?
+	wait $srv
+	src=$?
+	pair_verdict "$what" $crc $src || return 1
+	local da=$(($(tx_bytes "$NSA" cma) - a0)) db=$(($(tx_bytes "$NSB" cmb) - b0))
+	if ! grep -qE -- "$pat" "$TMP/cli.log" "$TMP/srv.log"; then
+		bad "$what: no /$pat/ in the output"; sed 's/^/    cli: /' "$TMP/cli.log" | tail -8
+	elif [ "$da" -le 0 ] || [ "$db" -le 0 ]; then
+		bad "$what: the veth carried A->B $da and B->A $db bytes; both must be > 0"
+	else
+		ok "$what: A->B $da bytes, B->A $db bytes on the veth"
+	fi
+}
+
+section "rdmacm-utils across the hosts"
+cm_pair "rping -V" 7471 "ping data: rdma-ping-19" \
+	"rping -s -a $ADDR_A -p 7471 -C 20 -V -v" "rping -c -a $ADDR_A -p 7471 -C 20 -V -v"
+cm_pair "ucmatose, 4 connections" 7472 "^return status 0" \
+	"ucmatose -b $ADDR_A -p 7472 -c 4 -C 20" "ucmatose -s $ADDR_A -p 7472 -c 4 -C 20"
+# rsockets over rdma_cm and an RC QP, verified (-T v).
+cm_pair "rstream -T v, 100 x 64 KiB" 7479 "^custom +64k +100 " \
+	"rstream -b $ADDR_A -p 7479 -T v -S 65536 -C 100" "rstream -s $ADDR_A -p 7479 -T v -S 65536 -C 100"
+# udaddy's UD port space: SIDR_REQ and SIDR_REP.
+cm_pair_udp() {
+	local a0 b0 srv crc src
+	a0=$(tx_bytes "$NSA" cma) b0=$(tx_bytes "$NSB" cmb)
+	# udaddy has no port option: 7174.
+	on "$NSA" 60 udaddy -b $ADDR_A -C 20 >"$TMP/srv.log" 2>&1 &
+	srv=$!
+	wait_cm "$NSA" 7174 0111 || bad "udaddy: the server never listened"
+	on "$NSB" 60 udaddy -s $ADDR_A -C 20 >"$TMP/cli.log" 2>&1
+	crc=$?
+	wait $srv
+	src=$?
+	pair_verdict "udaddy (SIDR)" $crc $src || return
+	local da=$(($(tx_bytes "$NSA" cma) - a0)) db=$(($(tx_bytes "$NSB" cmb) - b0))
+	if ! grep -q "^data transfers complete" "$TMP/cli.log"; then
+		bad "udaddy: the client did not complete its transfers"
+	elif [ "$da" -le 0 ] || [ "$db" -le 0 ]; then
+		bad "udaddy: the veth carried A->B $da and B->A $db bytes; both must be > 0"
+	else
+		ok "udaddy: SIDR and 20 datagrams each way, A->B $da bytes, B->A $db bytes on the veth"
+	fi
+}
+cm_pair_udp
+
+section "perftest -R across the hosts"
+for t in ib_send_lat ib_write_lat ib_read_lat; do
+	cm_pair "$t -R" 18515 "^ 2 +1000 " "$t -R -p 18515" "$t -R -p 18515 $ADDR_A"
+done
+cm_pair "ib_write_bw -R -a" 18516 "^ 8388608 +5 " "ib_write_bw -R -a -n 5 -p 18516" \
+	"ib_write_bw -R -a -n 5 -p 18516 $ADDR_A"
+
+section "the CM exchange on the wire"
+rm -f "$TMP"/cap-*.pcap
+CM_ENV=(SOFTVERBS_PCAP="$TMP/cap-%p.pcap")
+cm_pair "rping -V, captured" 7474 "ping data: rdma-ping-4" \
+	"rping -s -a $ADDR_A -p 7474 -C 5 -V -v" "rping -c -a $ADDR_A -p 7474 -C 5 -V -v"
+CM_ENV=()
+caps=$(ls "$TMP"/cap-*.pcap 2>/dev/null)
+if ! command -v tshark >/dev/null; then
+	echo "skipped: the capture: tshark is not installed"
+elif [ "$(echo "$caps" | wc -w)" -ne 2 ]; then
+	bad "capture: $(echo "$caps" | wc -w) files, not the two sides' ($TMP/cap-PID.pcap)"
+else
+	# Each side's capture has what it sent and received while it ran; the
+	# client may exit before the DREP to its DREQ comes, so the
+	# disconnection is looked for in the two together.
+	cat /dev/null >"$TMP/cap.txt"
+	for f in $caps; do
+		tshark -r "$f" 2>/dev/null >"$TMP/cap1.txt"
+		cat "$TMP/cap1.txt" >>"$TMP/cap.txt"
+		flagged=$(tshark -r "$f" -Y '_ws.malformed || _ws.expert.severity == error' \
+			-T fields -e frame.number 2>/dev/null | wc -l)
+		missing=""
+		for m in ConnectRequest ConnectReply ReadyToUse; do
+			grep -q "CM: $m" "$TMP/cap1.txt" || missing="$missing $m"
+		done
+		if [ -n "$missing" ]; then
+			bad "capture $(basename "$f"): tshark finds no CM$missing"
+			head -5 "$TMP/cap1.txt" | sed 's/^/    /'
+		elif [ "$flagged" -ne 0 ]; then
+			bad "capture $(basename "$f"): tshark flags $flagged frames malformed or in error"
+		elif ! tshark -r "$f" -V -Y 'frame.number == 1' 2>/dev/null >"$TMP/capv.txt" ||
+			! grep -qE "Destination Queue Pair: 0x000001" "$TMP/capv.txt" ||
+			! grep -qE "Queue Key: 0x0*80010000" "$TMP/capv.txt" ||
+			! grep -qE "Destination Port: 0x1d32" "$TMP/capv.txt" ||
+			! grep -qE "IP CM IP Version: 0x4" "$TMP/capv.txt"; then
+			bad "capture $(basename "$f"): its first frame is not the REQ: a GSI MAD to QP1 (Q_Key 0x80010000) with rdma_cm's service ID for port 7474 and IP header"
+		else
+			ok "capture $(basename "$f"): $(grep -c 'CM: ' "$TMP/cap1.txt") CM MADs to QP1 decoded by tshark, the REQ with rdma_cm's service ID and IP header, no error"
+		fi
+	done
+	for m in DisconnectRequest DisconnectReply; do
+		expect "capture: the disconnection's $m" "$TMP/cap.txt" "CM: $m"
+	done
+fi
+
+section "failures across the hosts"
+# REJ, reason 8: a softverbs process of the other host answers for a
+# service nobody holds (engine/gsi.c, as ib_cm's cm_req_handler does).
+# A host with no softverbs process at all is a host without RDMA: its
+# kernel drops the REQ, and the CM's retries end in UNREACHABLE.
+on "$NSA" 30 rping -s -a $ADDR_A -p 7477 -C 1 >"$TMP/srv.log" 2>&1 &
+srv=$!
+wait_cm "$NSA" 7477
+on "$NSB" 30 env SOFTVERBS_EXPLAIN=1 SOFTVERBS_CM_TIMEOUT=16 rping -c -a $ADDR_A -p 7999 -C 1 \
+	>"$TMP/cli.log" 2>&1
+kill $srv 2>/dev/null
+wait $srv 2>/dev/null
+expect "rping to a port nothing listens on in the other host: REJECTED, status 8" "$TMP/cli.log" \
+	"RDMA_CM_EVENT_REJECTED: status 8: .*198\.18\.0\.1:7999"
+on "$NSB" 30 env SOFTVERBS_EXPLAIN=1 rping -c -a 10.99.0.1 -p 7999 -C 1 >"$TMP/cli.log" 2>&1
+expect "rping to an address with no route: ADDR_ERROR, explained" "$TMP/cli.log" \
+	"RDMA_CM_EVENT_ADDR_ERROR: status -113: .*no host answers"
+# Every MAD lost: 4 tries of 4096 ns x 2^12 (17 ms) each, then UNREACHABLE.
+on "$NSA" 30 rping -s -a $ADDR_A -p 7475 -C 1 >"$TMP/srv.log" 2>&1 &
+srv=$!
+wait_cm "$NSA" 7475
+t0=$(date +%s%N)
+on "$NSB" 30 env SOFTVERBS_FAULT=drop=1,seed=1 SOFTVERBS_CM_TIMEOUT=12 SOFTVERBS_CM_RETRIES=3 \
+	rping -c -a $ADDR_A -p 7475 -C 1 >"$TMP/cli.log" 2>&1
+ms=$((($(date +%s%N) - t0) / 1000000))
+kill $srv 2>/dev/null
+wait $srv 2>/dev/null
+if grep -q "RDMA_CM_EVENT_UNREACHABLE, error -110" "$TMP/cli.log" && [ $ms -lt 10000 ]; then
+	ok "every MAD lost: UNREACHABLE, ETIMEDOUT, after $ms ms (4 tries x 17 ms)"
+else
+	bad "every MAD lost: no UNREACHABLE -110 within 10 s ($ms ms)"; sed 's/^/    /' "$TMP/cli.log" | tail -5
+fi
+# cmtime_hosts WHAT N: cmtime's client in B sets up and tears down N
+# connections with the server in A (which serves until it is killed).
+cmtime_hosts() {
+	local srv
+	on "$NSA" 120 cmtime -b $ADDR_A -p 7478 >"$TMP/srv.log" 2>&1 &
+	srv=$!
+	wait_cm "$NSA" 7478
+	if on "$NSB" 100 cmtime -s $ADDR_A -p 7478 -c "$2" >"$TMP/cli.log" 2>&1; then
+		expect "$1" "$TMP/cli.log" "^disconnect +:"
+	else
+		bad "$1: cmtime -c $2 failed"; tail -5 "$TMP/cli.log" "$TMP/srv.log"
+	fi
+	kill $srv 2>/dev/null
+	wait $srv 2>/dev/null
+}
+cmtime_hosts "cmtime: 50 connections set up and torn down across the hosts" 50
+# 30% of every side's packets lost, MADs too: each REQ, REP, RTU, DREQ and
+# DREP may need several tries (4096 ns x 2^14, 67 ms each); a DREQ whose
+# DREP was lost after its id went is answered by the host (engine/gsi.c).
+CM_ENV=(SOFTVERBS_FAULT=drop=0.3,seed=$RANDOM SOFTVERBS_CM_TIMEOUT=14)
+echo "note: ${CM_ENV[0]}"
+cmtime_hosts "cmtime with 30% loss on both sides: 10 connections set up and torn down" 10
+CM_ENV=()
+section ""
+finish

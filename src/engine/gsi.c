@@ -52,8 +52,10 @@ static int gsi_fd(struct pkt_ctx *pc, uint16_t *port)
 	char why[128];
 
 	pthread_mutex_lock(&pc->qps_lock);
-	if (pc->gsi_fd < 0)
+	if (pc->gsi_fd < 0 && !pc->gsi_closed)
 		pc->gsi_fd = pc->ops->sock(pc->link, &pc->gsi_port, why, sizeof(why));
+	else if (pc->gsi_closed)
+		snprintf(why, sizeof(why), "the context is closing");
 	int fd = pc->gsi_fd;
 	*port = pc->gsi_port;
 	pthread_mutex_unlock(&pc->qps_lock);
@@ -202,7 +204,7 @@ void pkt_gsi_rx(struct pkt_ctx *pc, const struct sv_link_pkt *p)
 	struct sockaddr_un u;
 	socklen_t ul = sv_gsi_name(&u, k, id);
 	pthread_mutex_lock(&pc->qps_lock);
-	if (pc->gsi_rx < 0) {
+	if (pc->gsi_rx < 0 && !pc->gsi_closed) {
 		pc->gsi_rx = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 		/* A short wait, as the link's forwarder waits: a fresh network
 		 * namespace queues only 10 datagrams on an AF_UNIX socket
@@ -239,6 +241,7 @@ void pkt_gsi_close(struct pkt_ctx *pc)
 	if (pc->gsi_rx >= 0)
 		close(pc->gsi_rx);
 	pc->gsi_fd = pc->gsi_rx = -1;
+	pc->gsi_closed = true;	/* nothing reopens them while the link stops */
 	pthread_mutex_unlock(&pc->qps_lock);
 	pthread_mutex_unlock(&pc->rx_lock);
 }

@@ -116,6 +116,7 @@ struct pkt_ctx {
 	 * received MADs to their takers; under qps_lock until opened. */
 	int gsi_fd, gsi_rx;
 	uint16_t gsi_port;
+	bool gsi_closed;
 	_Atomic uint32_t gsi_psn;
 };
 

@@ -104,6 +104,7 @@ struct cm_msg {
 	uint8_t pdata[CM_PDATA_MAX];
 };
 enum { CM_F_SRQ = 1, CM_F_FLOW_CONTROL = 2 };
+enum { CM_REJ_GRACE_TRIES = 25 };
 
 /* ---- objects ---- */
 struct cm_id;
@@ -174,6 +175,17 @@ struct cm_id {
 	enum cm_timer timer;
 	uint64_t deadline_ns;
 	unsigned tries;
+	/*
+	 * REQs to another host answered "invalid service ID" and sent again.
+	 * On a real fabric the client's address and route resolution take
+	 * long enough that a server which tells its client the port before
+	 * it binds or listens (qperf; perftest 4.5's second connection) is
+	 * listening by the time the REQ comes; here they take microseconds.
+	 * So that REJ is taken as final only after 25 tries 20 ms apart;
+	 * newer perftest retries the same way itself (retry_rdma_connect).
+	 */
+	unsigned rej_grace;
+	bool grace_due;		/* the CM_T_REP timer is a grace retry's */
 
 	/* events reported to the application and not yet acked */
 	unsigned events_out;

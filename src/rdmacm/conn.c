@@ -797,6 +797,15 @@ void cm_on_msg(struct cm_id *c, const struct cm_msg *m)
 			return on_sidr_rep(c, m);
 		break;
 	case CM_MSG_REJ:
+		if (c->state == CM_REQ_SENT && c->remote && m->reason == CM_REJ_INVALID_SERVICE_ID &&
+		    c->rej_grace < CM_REJ_GRACE_TRIES) {
+			/* Another host has no listener yet: the REQ goes again
+			 * in 20 ms, for up to half a second (cm.h). */
+			c->rej_grace++;
+			c->grace_due = true;
+			cm_set_timer(c, CM_T_REP, 20000000ull);
+			return;
+		}
 		if (c->state == CM_REQ_SENT || c->state == CM_REP_SENT || c->state == CM_REP_RCVD) {
 			struct cm_event *e;
 
@@ -884,6 +893,13 @@ void cm_on_timer(struct cm_id *c)
 	enum cm_timer t = c->timer;
 
 	c->timer = CM_T_NONE;
+	if (c->grace_due && t == CM_T_REP) {
+		/* Not a lost REQ: one answered "no listener yet" (cm.h). */
+		c->grace_due = false;
+		cm_mad_resend(c);
+		cm_set_timer(c, t, cm_response_ns());
+		return;
+	}
 	/* Across hosts a MAD may be lost: it goes again (ib_cm's
 	 * cm_process_send_error retries up to max_cm_retries). */
 	if (c->remote && (t == CM_T_REP || t == CM_T_RTU || t == CM_T_DREP) &&

@@ -265,6 +265,7 @@ CM_EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
 	cm_mcast_leave_all(c);
 	cm_drop_connection(c);
 	priv = cm_leave_channel(c);
+	cm_mad_forget(c);	/* mad.c's list is walked under cm_mu */
 	pthread_mutex_unlock(&cm_mu);
 	if (priv)
 		cm_chan_release(priv);

@@ -187,7 +187,8 @@ static void format(const struct cm_id *c, const struct cm_msg *m, uint8_t *mad)
 		mad[D(91)] = 3;			/* IB_RATE_10_GBPS */
 		mad[D(92)] = c->tos;
 		mad[D(93)] = 64;
-		mad[D(95)] = (uint8_t)((c->ack_timeout_set ? c->ack_timeout : 17) << 3);
+		/* The local ACK timeout the QP gets (qp.c), 5 bits. */
+		mad[D(95)] = (uint8_t)(((c->ack_timeout_set ? c->ack_timeout : 18) & 0x1f) << 3);
 		put_cma_hdr(&mad[D(po)], m);
 		memcpy(&mad[D(po) + CM_IP_HDR], m->pdata, m->pdata_len);
 		return;
@@ -244,7 +245,8 @@ static bool parse(const struct sv_gsi_dgram *d, struct cm_msg *m, uint32_t *loca
 	uint16_t attr = get16(&mad[16]);
 	int po = private_offset((enum cm_msg_type)attr);
 
-	if (po < 0 || mad[0] != 1 || mad[1] != SV_MGMT_CLASS_CM || mad[2] != SV_CM_CLASS_VERSION)
+	if (po < 0 || mad[0] != 1 || mad[1] != SV_MGMT_CLASS_CM || mad[2] != SV_CM_CLASS_VERSION ||
+	    mad[3] != 0x03)
 		return false;
 	memset(m, 0, sizeof(*m));
 	m->type = (uint8_t)attr;
@@ -321,7 +323,10 @@ static int dgram_bound(enum sv_gsi_key k, uint64_t id)
 
 	if (fd < 0)
 		return -1;
-	if (bind(fd, (struct sockaddr *)&u, ul)) {
+	/* Each datagram then carries its sender's credentials (read_one). */
+	int one = 1;
+	if (setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &one, sizeof(one)) ||
+	    bind(fd, (struct sockaddr *)&u, ul)) {
 		int err = errno;
 
 		close(fd);
@@ -438,6 +443,35 @@ static struct cm_id *find(uint32_t remote_comm_id, const uint8_t *gid)
 	return NULL;
 }
 
+/* A REQ for an address the listener is not bound to: REJ, reason 8,
+ * from the address it was sent to. */
+static void refuse_unbound(struct cm_id *l, const struct sv_gsi_dgram *d, uint32_t local,
+			   uint64_t tid)
+{
+	uint8_t mad[SV_MAD_SIZE] = { 0 };
+
+	mad[0] = 1;
+	mad[1] = SV_MGMT_CLASS_CM;
+	mad[2] = SV_CM_CLASS_VERSION;
+	mad[3] = 0x03;
+	put64(&mad[8], tid);
+	put16(&mad[16], (uint16_t)(d->mad[16] << 8 | d->mad[17]) == CM_MSG_SIDR_REQ ?
+	      CM_MSG_SIDR_REP : CM_MSG_REJ);
+	if (get16(&mad[16]) == CM_MSG_REJ) {
+		put32(&mad[D(4)], local);
+		put16(&mad[D(10)], CM_REJ_INVALID_SERVICE_ID);
+	} else {
+		put32(&mad[D(0)], local);
+		mad[D(4)] = CM_SIDR_REJECT;
+		memcpy(&mad[D(12)], &d->mad[D(8)], 8);
+	}
+	softverbs_cm_explain("rdma_listen", "listener %p on port %u: a request for another "
+			     "address of this host is rejected (invalid service ID)", (void *)l,
+			     l->port);
+	softverbs_gsi_send(l->id.verbs ? l->id.verbs : cm_device(), d->dst_gid, d->src_gid,
+			   d->tclass, mad);
+}
+
 /* A REQ or SIDR_REQ for a listener. */
 static void on_request(struct cm_id *l, const struct sv_gsi_dgram *d, const struct cm_msg *m,
 		       uint32_t local, uint64_t tid)
@@ -446,11 +480,25 @@ static void on_request(struct cm_id *l, const struct sv_gsi_dgram *d, const stru
 
 	if (dup) {
 		/* IBA 12.9.8.1 (ib_cm's cm_dup_req_handler): a repeated REQ
-		 * is answered with the REP already sent, else ignored. */
-		if (dup->state == CM_REP_SENT || (dup->state == CM_ESTABLISHED &&
-						 dup->last_type == CM_MSG_SIDR_REP))
+		 * is answered with what was sent for it (REP, REJ, SIDR_REP),
+		 * else ignored while the consumer decides. */
+		if (dup->state == CM_REP_SENT || dup->last_type == CM_MSG_REJ ||
+		    (dup->state == CM_ESTABLISHED && dup->last_type == CM_MSG_SIDR_REP))
 			cm_mad_resend(dup);
 		return;
+	}
+	/* A listener bound to one address is no listener for the host's
+	 * others: ib_cm matches the REQ to no id, and rejects it. */
+	const struct sockaddr *la = &l->id.route.addr.src_addr;
+	uint8_t lgid[16] = { 0 };
+	lgid[10] = lgid[11] = 0xff;
+	if (la->sa_family == AF_INET) {
+		memcpy(&lgid[12], &((const struct sockaddr_in *)la)->sin_addr, 4);
+		if (((const struct sockaddr_in *)la)->sin_addr.s_addr != htonl(INADDR_ANY) &&
+		    memcmp(lgid, d->dst_gid, 16)) {
+			refuse_unbound(l, d, local, tid);
+			return;
+		}
 	}
 	struct cm_id *c = cm_id_new(l->chan, l->id.context, l->id.ps, l->id.qp_type);
 	if (!c)
@@ -472,21 +520,47 @@ static void on_request(struct cm_id *l, const struct sv_gsi_dgram *d, const stru
 	c->remote_gid = m->gid;
 	c->tid = tid;
 	c->tos = d->tclass;
+	/* Our address is the one the packet reached, whatever the REQ's
+	 * header says; the device and its GID now, so that a refusal
+	 * before the consumer sees the request still leaves as a REJ. */
+	struct cm_msg req = *m;
+	if (req.dst.ss_family == AF_INET)
+		memcpy(&((struct sockaddr_in *)&req.dst)->sin_addr, &d->dst_gid[12], 4);
+	memcpy(&c->id.route.addr.src_storage, &req.dst, sizeof(req.dst));
+	cm_use_device(c);
+	cm_addr_gid(c->id.verbs, &c->id.route.addr.src_addr, &c->id.route.addr.addr.ibaddr.sgid,
+		    &c->sgid_index);
 	go_remote(c);
 	cm_watch(c, true);
-	cm_on_msg(c, m);
+	cm_on_msg(c, &req);
 }
 
+/* The next MAD a packet engine of this user handed on.  The names are
+ * visible to every process of the namespace (/proc/net/unix), so what
+ * another user's process writes to them is dropped: port 4791 is this
+ * user's (its reuseport group), and only its processes take packets. */
 static bool read_one(int fd, struct sv_gsi_dgram *d)
 {
 	for (;;) {
-		ssize_t n = recv(fd, d, sizeof(*d), MSG_DONTWAIT | MSG_TRUNC);
+		union {
+			struct cmsghdr h;
+			char buf[CMSG_SPACE(sizeof(struct ucred))];
+		} ctl;
+		struct iovec v = { d, sizeof(*d) };
+		struct msghdr mh = { .msg_iov = &v, .msg_iovlen = 1, .msg_control = ctl.buf,
+				     .msg_controllen = sizeof(ctl.buf) };
+		ssize_t n = recvmsg(fd, &mh, MSG_DONTWAIT | MSG_TRUNC);
 
-		if (n == (ssize_t)sizeof(*d))
-			return true;
 		if (n < 0)
 			return false;
-		/* Only the engine writes these names; anything else is noise. */
+		struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+		struct ucred cr = { .uid = (uid_t)-1 };
+		if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_CREDENTIALS)
+			memcpy(&cr, CMSG_DATA(cm), sizeof(cr));
+		if (n == (ssize_t)sizeof(*d) && cr.uid == geteuid())
+			return true;
+		softverbs_cm_explain("rdma_cm", "a CM datagram of %zd bytes from uid %d dropped: "
+				     "only this user's packet engines hand MADs on", n, (int)cr.uid);
 	}
 }
 
@@ -522,7 +596,7 @@ void cm_mad_on_readable(struct cm_id *c)
 					     "dropped", (void *)c);
 			continue;
 		}
-		if (m.type == CM_MSG_REP || m.type == CM_MSG_SIDR_REP)
+		if ((m.type == CM_MSG_REP || m.type == CM_MSG_SIDR_REP) && c->state == CM_REQ_SENT)
 			c->remote_comm_id = local;
 		/* Repeats whose answer was lost (ib_cm's cm_dup_rep_handler). */
 		if (m.type == CM_MSG_REP && c->state == CM_ESTABLISHED && c->last_type == CM_MSG_RTU) {

@@ -332,7 +332,9 @@ qperf_hosts() {
 			b2a=$(($(qval "$TMP/q.log" loc_send_bytes) * 9 / 10))
 			dga=$(($(qval "$TMP/q.log" rem_send_msgs) * 9 / 10))
 			dgb=$(($(qval "$TMP/q.log" loc_send_msgs) * 9 / 10)) ;;
-		rc_bw) b2a=$(($(qval "$TMP/q.log" send_bytes) * 9 / 10)) ;;
+		# What the server received crossed the wire; what the client
+		# posted may still have been queued when the time ran out.
+		rc_bw) b2a=$(($(qval "$TMP/q.log" recv_bytes) * 9 / 10)) ;;
 		rc_rdma_read_bw) a2b=$(($(qval "$TMP/q.log" recv_bytes) * 9 / 10)) ;;
 		esac
 		traffic "qperf $t" "$cs0" "$cs1" "$cc0" "$cc1" $a2b $b2a $dga $dgb

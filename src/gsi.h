@@ -28,9 +28,11 @@
 #ifndef SV_GSI_H
 #define SV_GSI_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 
@@ -70,6 +72,49 @@ static inline socklen_t sv_gsi_name(struct sockaddr_un *u, enum sv_gsi_key k, ui
 		n = snprintf(u->sun_path + 1, sizeof(u->sun_path) - 1, "softverbs-cm:comm:%08x",
 			     (unsigned)id);
 	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+static inline bool sv_gid_v4(const uint8_t g[16])
+{
+	return !memcmp(g, "\0\0\0\0\0\0\0\0\0\0\xff\xff", 12);
+}
+
+/*
+ * The answer to a MAD nobody takes, as ib_cm gives it when it finds no
+ * cm_id: REJ reason 8, invalid service ID, for a REQ (cm_req_handler);
+ * SIDR_REP status 1, not supported, for a SIDR_REQ (cm_sidr_req_handler);
+ * DREP for a DREQ (cm_dreq_handler: the connection is gone already, its
+ * DREP was lost, and the peer asks again).  false for anything else.
+ * Fields: IBA tables 108, 113 and 120, after the 24-byte MAD header.
+ */
+static inline bool sv_cm_no_taker(const uint8_t in[SV_MAD_SIZE], uint8_t out[SV_MAD_SIZE])
+{
+	const uint8_t *i = in + SV_MAD_HDR;
+	uint8_t *o = out + SV_MAD_HDR;
+	uint16_t attr = (uint16_t)(in[16] << 8 | in[17]);
+
+	memset(out, 0, SV_MAD_SIZE);
+	memcpy(out, in, 16);		/* version, class, method, TID; status 0 */
+	out[4] = out[5] = out[6] = out[7] = 0;
+	switch (attr) {
+	case SV_CM_ATTR_REQ:		/* Remote Comm ID: the REQ's; REJected: the REQ */
+		out[17] = SV_CM_ATTR_REJ;
+		memcpy(o + 4, i, 4);
+		o[11] = 8;
+		return true;
+	case SV_CM_ATTR_DREQ:		/* the two Comm IDs swapped */
+		out[17] = SV_CM_ATTR_DREP;
+		memcpy(o, i + 4, 4);
+		memcpy(o + 4, i, 4);
+		return true;
+	case SV_CM_ATTR_SIDR_REQ:	/* Request ID, status, Service ID */
+		out[17] = SV_CM_ATTR_SIDR_REP;
+		memcpy(o, i, 4);
+		o[4] = 1;
+		memcpy(o + 12, i + 8, 8);
+		return true;
+	}
+	return false;
 }
 
 struct ibv_context;

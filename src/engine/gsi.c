@@ -10,12 +10,8 @@
  * to, is checked as the GSI checks it (a UD SEND_ONLY with the GSI's
  * Q_Key, one 256-byte MAD of the CM class) and handed to the abstract
  * name its service ID or communication ID gives.  What has no taker is
- * answered here, as ib_cm answers it when it finds no cm_id:
- *
- *   REQ       REJ, reason 8: invalid service ID (cm_req_handler)
- *   SIDR_REQ  SIDR_REP, status 1: not supported (cm_sidr_req_handler)
- *   DREQ      DREP (cm_dreq_handler): the connection is gone already, its
- *             DREP was lost, and the peer asks again
+ * answered here, as ib_cm answers it when it finds no cm_id
+ * (sv_cm_no_taker): the process that got it may not have librdmacm.
  */
 #define _GNU_SOURCE
 #include <endian.h>
@@ -102,11 +98,6 @@ SV_EXPORT int softverbs_gsi_open(struct ibv_context *ibctx)
 	return 0;
 }
 
-static bool v4_gid(const uint8_t *g)
-{
-	return !memcmp(g, "\0\0\0\0\0\0\0\0\0\0\xff\xff", 12);
-}
-
 SV_EXPORT int softverbs_gsi_send(struct ibv_context *ibctx, const uint8_t sgid[16],
 				 const uint8_t dgid[16], uint8_t tclass,
 				 const uint8_t mad[SV_MAD_SIZE])
@@ -118,7 +109,7 @@ SV_EXPORT int softverbs_gsi_send(struct ibv_context *ibctx, const uint8_t sgid[1
 		errno = EINVAL;
 		return -1;
 	}
-	if (!v4_gid(sgid) || !v4_gid(dgid)) {
+	if (!sv_gid_v4(sgid) || !sv_gid_v4(dgid)) {
 		errno = EAFNOSUPPORT;	/* IPv4 only, as the rest of the link */
 		return -1;
 	}
@@ -140,35 +131,12 @@ SV_EXPORT int softverbs_gsi_send(struct ibv_context *ibctx, const uint8_t sgid[1
 }
 
 /* Nobody takes it: the answer ib_cm gives in place of its cm_id's. */
-static void answer(struct pkt_ctx *pc, const struct sv_link_pkt *p, const uint8_t *in,
-		   uint16_t attr)
+static void answer(struct pkt_ctx *pc, const struct sv_link_pkt *p, const uint8_t *in)
 {
-	uint8_t out[SV_MAD_SIZE] = { 0 };
+	uint8_t out[SV_MAD_SIZE];
 
-	memcpy(out, in, SV_MAD_HDR);	/* version, class, method Send, TID */
-	out[4] = out[5] = 0;		/* status */
-	out[20] = out[21] = out[22] = out[23] = 0;
-	if (attr == SV_CM_ATTR_REQ) {
-		out[16] = 0;
-		out[17] = SV_CM_ATTR_REJ;
-		/* Local Comm ID 0, Remote Comm ID the REQ's Local Comm ID,
-		 * Message REJected 0 (the REQ), reason 8. */
-		memcpy(&out[CM_DATA(4)], &in[CM_DATA(0)], 4);
-		out[CM_DATA(10)] = 0;
-		out[CM_DATA(11)] = 8;
-	} else if (attr == SV_CM_ATTR_DREQ) {
-		out[16] = 0;
-		out[17] = SV_CM_ATTR_DREP;
-		memcpy(&out[CM_DATA(0)], &in[CM_DATA(4)], 4);
-		memcpy(&out[CM_DATA(4)], &in[CM_DATA(0)], 4);
-	} else {
-		out[16] = 0;
-		out[17] = SV_CM_ATTR_SIDR_REP;
-		/* Request ID, status 1 (SIDR_UNSUPPORTED), the Service ID. */
-		memcpy(&out[CM_DATA(0)], &in[CM_DATA(0)], 4);
-		out[CM_DATA(4)] = 1;
-		memcpy(&out[CM_DATA(12)], &in[CM_DATA(8)], 8);
-	}
+	if (!sv_cm_no_taker(in, out))
+		return;
 	struct sv_route r = { .src = p->route.dst, .dst = p->route.src, .tclass = p->route.tclass,
 			      .ttl = 64, .v4 = true };
 	send_mad(pc, &r, out);
@@ -223,8 +191,8 @@ void pkt_gsi_rx(struct pkt_ctx *pc, const struct sv_link_pkt *p)
 		return;
 	int err = errno;
 	atomic_fetch_add_explicit(&pc->st->drop_unknown_qpn, 1, memory_order_relaxed);
-	if ((k == SV_GSI_SVC || attr == SV_CM_ATTR_DREQ) && (err == ECONNREFUSED || err == ENOENT))
-		answer(pc, p, g->mad, attr);
+	if (err == ECONNREFUSED || err == ENOENT)
+		answer(pc, p, g->mad);	/* no such name: nobody holds the ID */
 	else
 		sv_dbg("gsi: CM attribute 0x%04x for %s %llx dropped: %s", attr,
 		       k == SV_GSI_SVC ? "service" : "communication ID", (unsigned long long)id,

@@ -99,11 +99,6 @@ const char *ib_opcode_name(uint8_t opcode)
 
 /* ---- routes ---- */
 
-static bool v4_mapped(const uint8_t *g)
-{
-	return !memcmp(g, "\0\0\0\0\0\0\0\0\0\0\xff\xff", 12);
-}
-
 static void route_v4(struct in6_addr *a, uint32_t be_addr)
 {
 	memset(a, 0, sizeof(*a));
@@ -160,10 +155,10 @@ bool sv_route_remote(const struct sv_device *dev, const struct ibv_ah_attr *av,
 	if (!av->is_global)
 		return false;	/* RoCE needs a GRH; ah.c has said so */
 	const uint8_t *d = av->grh.dgid.raw;
-	bool here = sv_gid_find(dev, &av->grh.dgid) >= 0 || (v4_mapped(d) && d[12] == 127);
+	bool here = sv_gid_find(dev, &av->grh.dgid) >= 0 || (sv_gid_v4(d) && d[12] == 127);
 	if (here && !forced)
 		return false;
-	if (here && !v4_mapped(d)) {
+	if (here && !sv_gid_v4(d)) {
 		/* Forced packets to a GID of this host that is no IPv4
 		 * address (the link-local GID 0) travel over loopback. */
 		route_v4(&r->dst, htonl(INADDR_LOOPBACK));
@@ -172,7 +167,7 @@ bool sv_route_remote(const struct sv_device *dev, const struct ibv_ah_attr *av,
 		r->tclass = av->grh.traffic_class;
 		return true;
 	}
-	if (!v4_mapped(d)) {
+	if (!sv_gid_v4(d)) {
 		snprintf(buf, sizeof(buf), "dgid is not an IPv4-mapped RoCEv2 GID; softverbs "
 			 "reaches other hosts over IPv4 only");
 		*why = buf;
@@ -183,7 +178,7 @@ bool sv_route_remote(const struct sv_device *dev, const struct ibv_ah_attr *av,
 	r->tclass = av->grh.traffic_class;
 	r->ttl = av->grh.hop_limit ? av->grh.hop_limit : 64;
 	union ibv_gid sgid;
-	if (sv_gid_entry(dev, av->grh.sgid_index, &sgid, NULL) && v4_mapped(sgid.raw))
+	if (sv_gid_entry(dev, av->grh.sgid_index, &sgid, NULL) && sv_gid_v4(sgid.raw))
 		memcpy(&r->src, sgid.raw, 16);
 	else if (!probe_src(r)) {
 		snprintf(buf, sizeof(buf), "no route from this host to %u.%u.%u.%u", d[12], d[13],

@@ -443,28 +443,14 @@ static struct cm_id *find(uint32_t remote_comm_id, const uint8_t *gid)
 	return NULL;
 }
 
-/* A REQ for an address the listener is not bound to: REJ, reason 8,
- * from the address it was sent to. */
-static void refuse_unbound(struct cm_id *l, const struct sv_gsi_dgram *d, uint32_t local,
-			   uint64_t tid)
+/* A REQ for an address the listener is not bound to: the host's answer
+ * for a service nobody holds, from the address it was sent to. */
+static void refuse_unbound(struct cm_id *l, const struct sv_gsi_dgram *d)
 {
-	uint8_t mad[SV_MAD_SIZE] = { 0 };
+	uint8_t mad[SV_MAD_SIZE];
 
-	mad[0] = 1;
-	mad[1] = SV_MGMT_CLASS_CM;
-	mad[2] = SV_CM_CLASS_VERSION;
-	mad[3] = 0x03;
-	put64(&mad[8], tid);
-	put16(&mad[16], (uint16_t)(d->mad[16] << 8 | d->mad[17]) == CM_MSG_SIDR_REQ ?
-	      CM_MSG_SIDR_REP : CM_MSG_REJ);
-	if (get16(&mad[16]) == CM_MSG_REJ) {
-		put32(&mad[D(4)], local);
-		put16(&mad[D(10)], CM_REJ_INVALID_SERVICE_ID);
-	} else {
-		put32(&mad[D(0)], local);
-		mad[D(4)] = CM_SIDR_REJECT;
-		memcpy(&mad[D(12)], &d->mad[D(8)], 8);
-	}
+	if (!sv_cm_no_taker(d->mad, mad))
+		return;
 	softverbs_cm_explain("rdma_listen", "listener %p on port %u: a request for another "
 			     "address of this host is rejected (invalid service ID)", (void *)l,
 			     l->port);
@@ -496,7 +482,7 @@ static void on_request(struct cm_id *l, const struct sv_gsi_dgram *d, const stru
 		memcpy(&lgid[12], &((const struct sockaddr_in *)la)->sin_addr, 4);
 		if (((const struct sockaddr_in *)la)->sin_addr.s_addr != htonl(INADDR_ANY) &&
 		    memcmp(lgid, d->dst_gid, 16)) {
-			refuse_unbound(l, d, local, tid);
+			refuse_unbound(l, d);
 			return;
 		}
 	}

@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #define SV_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
@@ -25,6 +26,19 @@ struct fix {
 	struct ibv_port_attr port;
 	union ibv_gid gid;
 };
+
+/* fork() for tests: a failed assert in the child aborts the child.  Without
+ * this, cmocka longjmps back into the child's copy of the test runner,
+ * which goes on to run the remaining tests a second time, in the wrong
+ * process, and the parent waits on a child that never does its job. */
+static inline pid_t fix_fork(void)
+{
+	pid_t pid = fork();
+
+	if (!pid)
+		setenv("CMOCKA_TEST_ABORT", "1", 1);
+	return pid;
+}
 
 static inline int fix_setup(void **state)
 {

@@ -145,7 +145,7 @@ static int setup(void **state)
 	int sp[2];
 
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sp), 0);
-	tpid = fork();
+	tpid = fix_fork();
 	if (!tpid) {
 		close(sp[0]);
 		target(sp[1]);

@@ -769,7 +769,7 @@ static void one_sided_into_sleeper(int kind)
 	char r;
 
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sp), 0);
-	pid_t pid = fork();
+	pid_t pid = fix_fork();
 	if (!pid) {
 		close(sp[0]);
 		sleeping_target(sp[1], kind);

@@ -160,7 +160,7 @@ static int setup(void **state)
 	int sp[2];
 
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sp), 0);
-	rpid = fork();
+	rpid = fix_fork();
 	if (!rpid) {
 		close(sp[0]);
 		receiver(sp[1]);
@@ -383,7 +383,7 @@ static void test_dead_placer_overtaken(void **state)
 {
 	struct fake_seg f;
 	struct timespec t0;
-	pid_t pid = fork();
+	pid_t pid = fix_fork();
 
 	(void)state;
 	if (!pid)

@@ -172,7 +172,7 @@ static pid_t fork_importer(int (*fn)(int), int *sock)
 	int sv[2];
 
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-	pid_t pid = fork();
+	pid_t pid = fix_fork();
 	assert_true(pid >= 0);
 	if (!pid) {
 		close(sv[0]);

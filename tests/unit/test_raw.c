@@ -412,7 +412,7 @@ static void test_across_processes(void **state)
 		skip();
 	assert_int_equal(pipe(up), 0);
 	assert_int_equal(pipe(down), 0);
-	pid_t pid = fork();
+	pid_t pid = fix_fork();
 	assert_true(pid >= 0);
 	if (!pid) {
 		/* A context of its own: the parent's belongs to the parent. */

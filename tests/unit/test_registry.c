@@ -55,7 +55,7 @@ static void test_kill9_reclaim(void **state)
 	(void)state;
 	int p[2];
 	assert_int_equal(pipe(p), 0);
-	pid_t pid = fork();
+	pid_t pid = fix_fork();
 	if (!pid)
 		child_hold_qps(p[1], 5);
 	uint32_t qpn[5];
@@ -87,6 +87,8 @@ static void churn_forever(void)
 			ibv_destroy_qp(live[s]);
 		live[s] = fix_qp(f, IBV_QPT_UD);
 		if (i % 64 == 63) {	/* contexts come and go too */
+			for (unsigned k = 0; k < 4; k++)
+				assert_int_equal(ibv_destroy_qp(live[k]), 0);
 			fix_teardown((void **)&f);
 			memset(live, 0, sizeof(live));
 			fix_setup((void **)&f);
@@ -102,7 +104,7 @@ static void test_kill_at_any_instant(void **state)
 
 	srand((unsigned)getpid());
 	for (int i = 0; i < 40; i++) {
-		pid_t pid = fork();
+		pid_t pid = fix_fork();
 		if (!pid)
 			churn_forever();
 		victims[i] = pid;
@@ -110,7 +112,11 @@ static void test_kill_at_any_instant(void **state)
 		ts.tv_nsec = 1000000 + (rand() % 4000) * 1000;	/* 1..5 ms */
 		nanosleep(&ts, NULL);
 		kill(pid, SIGKILL);
-		assert_int_equal(waitpid(pid, NULL, 0), pid);
+		int st;
+		assert_int_equal(waitpid(pid, &st, 0), pid);
+		/* Died of our SIGKILL, not of a failed check of its own. */
+		assert_true(WIFSIGNALED(st));
+		assert_int_equal(WTERMSIG(st), SIGKILL);
 	}
 	/* Whatever instant each died at -- mid-allocation, holding the lock --
 	 * one sweep restores every invariant and frees all they held. */
@@ -170,7 +176,7 @@ static void test_concurrent_creation(void **state)
 
 	assert_true(owner != MAP_FAILED);
 	for (int i = 0; i < NPROC; i++) {
-		kids[i] = fork();
+		kids[i] = fix_fork();
 		if (!kids[i])
 			_exit(churn_checked(owner) ? 1 : 0);
 	}

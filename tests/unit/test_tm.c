@@ -566,7 +566,7 @@ static void test_across_processes(void **state)
 	(void)state;
 	assert_int_equal(pipe(up), 0);
 	assert_int_equal(pipe(down), 0);
-	pid_t pid = fork();
+	pid_t pid = fix_fork();
 	assert_true(pid >= 0);
 	if (!pid)
 		_exit(child_server(up[1], down[0]));

@@ -419,7 +419,7 @@ static void test_open_qp_across_processes(void **state)
 	assert_true(fd >= 0);
 	assert_int_equal(pipe(up), 0);
 	assert_int_equal(pipe(down), 0);
-	pid_t pid = fork();
+	pid_t pid = fix_fork();
 	assert_true(pid >= 0);
 	if (!pid) {
 		close(up[0]);

@@ -186,6 +186,11 @@ struct sv_link_ops {
 	bool (*poll)(struct sv_link_ep *l);
 	/* sv_pkt_tick() is wanted by when_ns (CLOCK_MONOTONIC). */
 	void (*want_tick)(struct sv_link_ep *l, uint64_t when_ns);
+	/* Packets to the IPv4 multicast group (an IPv4-mapped MGID) reach
+	 * this endpoint from other hosts (join true) or no longer do.  0 or
+	 * an errno with the reason in why. */
+	int (*mcast)(struct sv_link_ep *l, const union ibv_gid *mgid, bool join, char *why,
+		     size_t len);
 };
 extern const struct sv_link_ops sv_link_udp;
 
@@ -210,6 +215,10 @@ bool sv_pkt_owns(struct sv_context *c, uint32_t qpn);
 int sv_pkt_qp_route(struct sv_qp *qp, const struct ibv_qp_attr *attr, int mask, char *why,
 		    size_t len);
 void sv_pkt_qp_detach(struct sv_qp *qp);	/* RESET, destroy */
+/* A UD QP attached to (join) or detached from a multicast group: the
+ * context's link takes the group's packets from other hosts while any
+ * of its QPs is a member. */
+void sv_pkt_mcast(struct sv_qp *qp, const union ibv_gid *mgid, bool join);
 void sv_pkt_ctx_close(struct sv_context *c);
 void sv_pkt_poll(struct sv_context *c);	/* a CQ poller found nothing */
 /* Whether the address vector reaches another host; *why when it

@@ -301,8 +301,78 @@ bool sv_pkt_owns(struct sv_context *c, uint32_t qpn)
 {
 	struct pkt_ctx *pc = c->pkt;
 
-	/* QP1 is every context's: its MADs go on by their CM IDs (gsi.c). */
-	return pc && (qpn == SV_GSI_QPN || sv_seg_qp(c->seg.h, qpn) != NULL);
+	/* QP1 is every context's: its MADs go on by their CM IDs (gsi.c).
+	 * So is the multicast QPN: each context that joined a group gets
+	 * its own copy of the group's packets, for its own members. */
+	return pc && (qpn == SV_GSI_QPN || qpn == SV_MCAST_QPN ||
+		      sv_seg_qp(c->seg.h, qpn) != NULL);
+}
+
+/* Whether a QP of this context is still attached to the group. */
+static bool ctx_member(struct sv_context *c, const union ibv_gid *mgid)
+{
+	uint32_t m[SV_MAX_MCAST_QP_ATTACH];
+	int n = sv_reg_mcast_members(mgid, 0, true, m, (int)SV_ARRAY_SIZE(m));
+
+	for (int i = 0; i < n; i++)
+		if (sv_seg_qp(c->seg.h, m[i]))
+			return true;
+	return false;
+}
+
+/*
+ * Across hosts a RoCEv2 multicast group is its IPv4 group address, as a
+ * RoCE NIC joins it for an IPv4-mapped MGID (the kernel's
+ * cma_iboe_join_multicast has the netdev join).  Failing to join is not
+ * fatal: the QP still takes the group's packets from this host, which
+ * the registry delivers (engine/req.c).
+ */
+void sv_pkt_mcast(struct sv_qp *qp, const union ibv_gid *mgid, bool join)
+{
+	char why[160];
+	struct pkt_ctx *pc;
+
+	if ((sv_config()->link != SV_LINK_ROCE && sv_config()->transport != SV_TRANSPORT_UDP) ||
+	    !sv_gid_v4(mgid->raw))
+		return;
+	if (!join) {
+		/* The last of the context's members leaving takes the
+		 * membership with it; a destroyed QP's linger until the
+		 * context closes, which costs packets only. */
+		pc = qp->ctx->pkt;
+		if (pc && !ctx_member(qp->ctx, mgid))
+			pc->ops->mcast(pc->link, mgid, false, why, sizeof(why));
+		return;
+	}
+	pc = pkt_ctx_get(qp->ctx, why, sizeof(why));
+	if (!pc || pc->ops->mcast(pc->link, mgid, true, why, sizeof(why)))
+		sv_explain("attach_mcast", "qpn 0x%x receives group %u.%u.%u.%u from this host "
+			   "only: %s", qp->ex.qp_base.qp_num, mgid->raw[12], mgid->raw[13],
+			   mgid->raw[14], mgid->raw[15], why);
+}
+
+/* A packet to a multicast group: each UD QP of this context attached to
+ * the group (its IPv4 destination address) takes it, as every member
+ * port of a switch gets a copy. */
+static void mcast_rx(struct pkt_ctx *pc, const struct ib_bth *bth, const struct sv_link_pkt *p)
+{
+	union ibv_gid mgid;
+	uint32_t m[SV_MAX_MCAST_QP_ATTACH];
+	int n = 0, took = 0;
+
+	memcpy(mgid.raw, &p->route.dst, 16);
+	if (bth_tr(bth) == IB_TR_UD && sv_gid_v4(mgid.raw) && (mgid.raw[12] & 0xf0) == 0xe0)
+		n = sv_reg_mcast_members(&mgid, 0, true, m, (int)SV_ARRAY_SIZE(m));
+	for (int i = 0; i < n; i++) {
+		struct pkt_qp *q = pkt_lookup(pc, m[i]);
+		if (!q || q->dead || q->qp->ex.qp_base.qp_type != IBV_QPT_UD)
+			continue;
+		PKT_COUNT(q, rx_pkts);
+		pkt_resp_rx(q, bth, p);
+		took++;
+	}
+	if (!took)
+		atomic_fetch_add_explicit(&pc->st->drop_unknown_qpn, 1, memory_order_relaxed);
 }
 
 static struct pkt_qp *qp_attach(struct sv_qp *qp, char *why, size_t len)
@@ -633,6 +703,10 @@ void sv_pkt_rx(struct sv_context *c, const struct sv_link_pkt *p)
 	}
 	if (bth_qpn(bth) == SV_GSI_QPN) {
 		pkt_gsi_rx(pc, p);
+		return;
+	}
+	if (bth_qpn(bth) == SV_MCAST_QPN) {
+		mcast_rx(pc, bth, p);
 		return;
 	}
 	struct pkt_qp *q = pkt_lookup(pc, bth_qpn(bth));

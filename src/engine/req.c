@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../gsi.h"
 #include "engine.h"
 
 /* What each WR opcode is, and which QP types may post it (IBA 9.2, C10-?:
@@ -646,6 +647,11 @@ static enum sv_result send_mcast(struct sv_qp *qp, struct sv_swqe *w, struct iov
 			continue;
 		sv_deliver_recv(qp, w, &t, liov, nl, len, true);
 	}
+	/* Members on other hosts: one packet to the group's IPv4 address,
+	 * which the network replicates; the link keeps it from coming back
+	 * to this host, whose members have their copies. */
+	if (qp->pq && w->av.is_global && sv_gid_v4(w->av.grh.dgid.raw))
+		sv_pkt_ud_send(qp, w, liov, nl, len);
 	return SV_R_OK;
 }
 

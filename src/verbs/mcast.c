@@ -3,7 +3,10 @@
  * UD multicast groups.  Membership is host-wide, in the registry: a UD
  * send to the multicast QPN (0xFFFFFF) reaches every QP on the host
  * attached to the group the address vector names (engine/req.c), as a
- * switch replicates a multicast packet to every member port.
+ * switch replicates a multicast packet to every member port.  On RoCE
+ * the packet also leaves for the group's IPv4 address, which the
+ * context's link joins for its members (engine/pkt.c), and so reaches
+ * members on other hosts.
  *
  * The checks are the kernel's ib_attach_mcast(): a UD QP, a multicast
  * GID, and on InfiniBand a multicast LID (IBA 4.1.3: 0xC000-0xFFFE); on
@@ -13,6 +16,7 @@
 #include <string.h>
 
 #include "../sv.h"
+#include "../engine/engine.h"
 
 static bool mcast_gid(const union ibv_gid *g)
 {
@@ -48,8 +52,11 @@ SV_EXPORT int ibv_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint
 	if (ret)
 		return ret;
 	ret = sv_reg_mcast_attach(qp->qp_num, gid, lid);
-	return ret ? sv_fail(ret, "ibv_attach_mcast", "the host has %d multicast attachments "
-			     "already", SV_HOST_MAX_MCAST_ATTACH) : 0;
+	if (ret)
+		return sv_fail(ret, "ibv_attach_mcast", "the host has %d multicast attachments "
+			       "already", SV_HOST_MAX_MCAST_ATTACH);
+	sv_pkt_mcast(sv_qp(qp), gid, true);
+	return 0;
 }
 
 SV_EXPORT int ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
@@ -59,6 +66,9 @@ SV_EXPORT int ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint
 	if (ret)
 		return ret;
 	ret = sv_reg_mcast_detach(qp->qp_num, gid, lid);
-	return ret ? sv_fail(ret, "ibv_detach_mcast", "qpn 0x%x is not attached to that group",
-			     qp->qp_num) : 0;
+	if (ret)
+		return sv_fail(ret, "ibv_detach_mcast", "qpn 0x%x is not attached to that group",
+			       qp->qp_num);
+	sv_pkt_mcast(sv_qp(qp), gid, false);
+	return 0;
 }

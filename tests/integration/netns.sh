@@ -102,6 +102,20 @@ ns_gid_index() {
 		sed -nE "s/^[[:space:]]*GID\[ *([0-9]+)\]:[[:space:]]+::ffff:${ip//./\\.}, RoCE v2.*/\1/p" | head -1
 }
 
+# job_kill PID...: ends background jobs started as `func ... &`: each is a
+# subshell waiting on its command (a timeout wrapper, which passes the
+# signal on), and killing the subshell alone would leave the command
+# running, holding its sockets, until its timeout.
+job_kill() {
+	local p
+	for p in "$@"; do
+		pkill -TERM -P "$p" 2>/dev/null
+		kill "$p" 2>/dev/null
+		wait "$p" 2>/dev/null
+	done
+	return 0
+}
+
 # ns_traps FUNC: FUNC runs on every exit (also ^C, TERM, HUP), so that no
 # namespace outlives the test.
 ns_traps() {

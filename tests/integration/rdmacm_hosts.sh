@@ -28,7 +28,8 @@ NSA=cmA-$$ NSB=cmB-$$
 ADDR_A=198.18.0.1
 cleanup() {
 	local p
-	for p in $(jobs -p); do kill "$p" 2>/dev/null; done
+	# shellcheck disable=SC2046
+	job_kill $(jobs -p)
 	ns_del "$NSA" "$NSB"
 	rm -rf "$TMP"
 }
@@ -75,9 +76,9 @@ cm_pair() {
 	# shellcheck disable=SC2086
 	on "$NSA" 120 $4 >"$TMP/srv.log" 2>&1 &
 	srv=$!
-	if ! wait_cm "$NSA" "$port"; then
+	if ! wait_cm "$NSA" "$port" "${CM_PS:-0106}"; then
 		bad "$what: the server never listened"; sed 's/^/    srv: /' "$TMP/srv.log" | tail -5
-		kill $srv 2>/dev/null; wait $srv 2>/dev/null
+		job_kill $srv
 		return 1
 	fi
 	# shellcheck disable=SC2086
@@ -127,6 +128,73 @@ cm_pair_udp() {
 	fi
 }
 cm_pair_udp
+# rdma_verbs.h's helpers: rdma_getaddrinfo, rdma_create_ep, rdma_post_*.
+cm_pair "rdma_server/rdma_client" 7471 "^rdma_client: end 0" "rdma_server" "rdma_client -s $ADDR_A"
+cm_pair "rdma_xserver/rdma_xclient RC" 7471 "^rdma_xclient: end 0" "rdma_xserver -c r" \
+	"rdma_xclient -s $ADDR_A -c r"
+# XRC: rdma_cm's IB port space (PS 0x3f), an XRC SRQ on the server.
+CM_PS=013f cm_pair "rdma_xserver/rdma_xclient XRC" 7471 "^rdma_xclient: end 0" "rdma_xserver -c x" \
+	"rdma_xclient -s $ADDR_A -c x"
+# rsockets with riomap/riowrite, verified, at several sizes.
+for sz in 64 65536 1048576; do
+	cnt=$((sz > 65536 ? 20 : 200))
+	cm_pair "riostream -T v -S $sz, $cnt transfers" 7480 "^custom +[0-9.]+[kmg]? +[0-9.]+k? +1 +" \
+		"riostream -b $ADDR_A -p 7480 -T v -S $sz -C $cnt" \
+		"riostream -s $ADDR_A -p 7480 -T v -S $sz -C $cnt"
+done
+# rcopy of a file: the server (which serves until killed) in A writes
+# where the client in B names; the copy must equal the file byte for byte.
+head -c 3000017 /dev/urandom >"$TMP/src.bin"
+rm -f "$TMP/dst.bin"
+on "$NSA" 60 sh -c "cd '$TMP' && exec rcopy" >"$TMP/srv.log" 2>&1 &
+srv=$!
+if wait_cm "$NSA" 7427; then
+	on "$NSB" 60 rcopy "$TMP/src.bin" "$ADDR_A:$TMP/dst.bin" >"$TMP/cli.log" 2>&1
+	rrc=$?
+	for _ in $(seq 50); do grep -q "closing...done" "$TMP/srv.log" && break; sleep 0.1; done
+	if [ $rrc -eq 0 ] && cmp -s "$TMP/src.bin" "$TMP/dst.bin"; then
+		ok "rcopy: 3000017 bytes from host B to host A, the copy equal byte for byte"
+	else
+		bad "rcopy (rc $rrc)"; tail -3 "$TMP/cli.log" "$TMP/srv.log"
+	fi
+else
+	bad "rcopy: the server never listened"
+fi
+job_kill $srv
+
+# mckey: UD multicast.  Two receivers in A and one in B join 239.1.2.3,
+# then a sender in B sends 20 messages to the group: its one packet per
+# message crosses the veth to the IPv4 group, and each member gets it,
+# those of B from the registry.
+mckey_hosts() {
+	local r1 r2 r3 src a0
+	rm -f "$TMP"/mc*.log
+	a0=$(tx_bytes "$NSB" cmb)
+	on "$NSA" 60 mckey -m 239.1.2.3 -b $ADDR_A -C 20 >"$TMP/mc1.log" 2>&1 &
+	r1=$!
+	on "$NSA" 60 mckey -m 239.1.2.3 -b $ADDR_A -C 20 >"$TMP/mc2.log" 2>&1 &
+	r2=$!
+	on "$NSB" 60 mckey -m 239.1.2.3 -b 198.18.0.2 -C 20 >"$TMP/mc3.log" 2>&1 &
+	r3=$!
+	for _ in $(seq 100); do
+		[ "$(cat "$TMP"/mc[123].log 2>/dev/null | grep -c "receiving data transfers")" -eq 3 ] &&
+			break
+		sleep 0.1
+	done
+	on "$NSB" 60 mckey -m 239.1.2.3 -b 198.18.0.2 -s -C 20 >"$TMP/mcs.log" 2>&1
+	src=$?
+	local rcs=""
+	for p in $r1 $r2 $r3; do wait "$p"; rcs="$rcs $?"; done
+	local db=$(($(tx_bytes "$NSB" cmb) - a0)) done=0
+	for f in "$TMP"/mc[123].log; do grep -q "^test complete" "$f" && done=$((done + 1)); done
+	if [ $src -eq 0 ] && [ "$rcs" = " 0 0 0" ] && [ $done -eq 3 ] && [ $db -gt 0 ]; then
+		ok "mckey: 20 messages from B to 239.1.2.3 received by 2 members in A and 1 in B ($db bytes left B)"
+	else
+		bad "mckey: sender rc $src, receivers rc$rcs, $done of 3 complete, $db bytes left B"
+		tail -3 "$TMP"/mc*.log | sed 's/^/    /'
+	fi
+}
+mckey_hosts
 
 section "perftest -R across the hosts"
 for t in ib_send_lat ib_write_lat ib_read_lat; do
@@ -190,8 +258,7 @@ srv=$!
 wait_cm "$NSA" 7477
 on "$NSB" 30 env SOFTVERBS_EXPLAIN=1 SOFTVERBS_CM_TIMEOUT=16 rping -c -a $ADDR_A -p 7999 -C 1 \
 	>"$TMP/cli.log" 2>&1
-kill $srv 2>/dev/null
-wait $srv 2>/dev/null
+job_kill $srv
 expect "rping to a port nothing listens on in the other host: REJECTED, status 8" "$TMP/cli.log" \
 	"RDMA_CM_EVENT_REJECTED: status 8: .*198\.18\.0\.1:7999"
 on "$NSB" 30 env SOFTVERBS_EXPLAIN=1 rping -c -a 10.99.0.1 -p 7999 -C 1 >"$TMP/cli.log" 2>&1
@@ -205,8 +272,7 @@ t0=$(date +%s%N)
 on "$NSB" 30 env SOFTVERBS_FAULT=drop=1,seed=1 SOFTVERBS_CM_TIMEOUT=12 SOFTVERBS_CM_RETRIES=3 \
 	rping -c -a $ADDR_A -p 7475 -C 1 >"$TMP/cli.log" 2>&1
 ms=$((($(date +%s%N) - t0) / 1000000))
-kill $srv 2>/dev/null
-wait $srv 2>/dev/null
+job_kill $srv
 if grep -q "RDMA_CM_EVENT_UNREACHABLE, error -110" "$TMP/cli.log" && [ $ms -lt 10000 ]; then
 	ok "every MAD lost: UNREACHABLE, ETIMEDOUT, after $ms ms (4 tries x 17 ms)"
 else
@@ -224,8 +290,7 @@ cmtime_hosts() {
 	else
 		bad "$1: cmtime -c $2 failed"; tail -5 "$TMP/cli.log" "$TMP/srv.log"
 	fi
-	kill $srv 2>/dev/null
-	wait $srv 2>/dev/null
+	job_kill $srv
 }
 cmtime_hosts "cmtime: 50 connections set up and torn down across the hosts" 50
 # 30% of every side's packets lost, MADs too: each REQ, REP, RTU, DREQ and

@@ -58,10 +58,10 @@ HAVE_NS=0
 
 cleanup() {
 	local p
-	# The background programs not waited for yet (their timeout wrappers,
-	# which pass the signal on); those waited for may have had their pid
-	# reused.
-	for p in $(jobs -p); do kill "$p" 2>/dev/null; done
+	# The background programs not waited for yet; those waited for may
+	# have had their pid reused.
+	# shellcheck disable=SC2046
+	job_kill $(jobs -p)
 	[ $HAVE_NS != 0 ] && ns_del "$NSA" "$NSB"
 	# Each network namespace is a host with a registry of its own.
 	[ -n "${SOFTVERBS_REGISTRY:-}" ] && rm -f /dev/shm/"$SOFTVERBS_REGISTRY".n*
@@ -97,14 +97,14 @@ run_in() {
 	fi
 }
 
-# stop PID GRACE: lets PID (a timeout wrapper) end within GRACE seconds,
-# else ends it.
+# stop PID GRACE: lets PID (a background run_in) end within GRACE
+# seconds, else ends it.
 stop() {
 	for _ in $(seq $(($2 * 10))); do
 		kill -0 "$1" 2>/dev/null || return 0
 		sleep 0.1
 	done
-	kill "$1" 2>/dev/null
+	job_kill "$1"
 }
 
 # The pair's placement: server namespace, client namespace, the sides (for
@@ -133,8 +133,7 @@ pair() {
 	srv=$!
 	if [ -n "$P_SNS" ]; then ns_wait_listen "$P_SNS" $port; else wait_listen $port; fi || {
 		bad "$what: the server never listened"
-		kill $srv 2>/dev/null
-		wait $srv 2>/dev/null
+		job_kill $srv
 		sed 's/^/    srv: /' "$TMP/srv.log" | tail -5
 		return 1
 	}
@@ -232,7 +231,7 @@ xsrq_two() {
 	run_in "$NSA" A "$t" ibv_xsrq_pingpong -g @GID@ -m 1024 -n 20 -c 2 -p $port >"$TMP/srv.log" 2>&1 &
 	srv=$!
 	if ! ns_wait_listen "$NSA" $port; then
-		bad "$what: the server never listened"; kill $srv; wait $srv; return 1
+		bad "$what: the server never listened"; job_kill $srv; return 1
 	fi
 	run_in "$NSB" B "$t" ibv_xsrq_pingpong -g @GID@ -m 1024 -n 20 -p $port $ADDR_A >"$TMP/c1.log" 2>&1 &
 	c1=$!
@@ -340,8 +339,7 @@ qperf_hosts() {
 		traffic "qperf $t" "$cs0" "$cs1" "$cc0" "$cc1" $a2b $b2a $dga $dgb
 	done
 	echo "skipped: qperf ud_lat, uc_bw: qperf 0.4.11 sets no GRH without -cm1 and -cm1 is RC only, so neither can run on RoCE"
-	kill $srv 2>/dev/null
-	wait $srv 2>/dev/null
+	job_kill $srv
 }
 
 # loss_pass NAME...: the named runs again, with SOFTVERBS_FAULT on both

@@ -22,6 +22,8 @@
 #include <arpa/inet.h>
 #include <endian.h>
 #include <errno.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <netinet/ip.h>
 #include <netinet/udp.h>
@@ -80,6 +82,10 @@ struct sv_link_ep {
 	char ctl[RX_BATCH][64];
 	/* Statistics. */
 	struct sv_pkt_ep_stats *st;	/* the context's, in its segment */
+	/* IPv4 multicast groups the socket has joined (mc_lock). */
+	pthread_mutex_t mc_lock;
+	struct in_addr *groups;
+	unsigned ngroups;
 };
 
 static void fwd_name(struct sockaddr_un *a, socklen_t *len, int32_t pid, uint32_t ep)
@@ -329,6 +335,11 @@ static struct sv_link_ep *link_open(struct sv_context *c, char *why, size_t len)
 		goto fail;
 	}
 	sock_bufs(l->sock);
+	/* Multicast packets only for the groups this socket joined (the
+	 * default, 1, is every group any socket of the host joined). */
+	int zero = 0;
+	setsockopt(l->sock, IPPROTO_IP, IP_MULTICAST_ALL, &zero, sizeof(zero));
+	pthread_mutex_init(&l->mc_lock, NULL);
 	/* Segments of one sender's burst come up in one read (UDP GRO);
 	 * without it, one packet a read. */
 	setsockopt(l->sock, SOL_UDP, UDP_GRO, &one, sizeof(one));
@@ -387,17 +398,84 @@ static void link_close(struct sv_link_ep *l)
 	atomic_store(&l->stop, true);
 	kick(l);
 	pthread_join(l->thr, NULL);
-	close(l->sock);
+	close(l->sock);	/* and with it every membership */
 	close(l->fwd);
 	close(l->efd);
+	pthread_mutex_destroy(&l->mc_lock);
+	free(l->groups);
 	free(l->bufs);
 	free(l);
+}
+
+/*
+ * A group is joined on every multicast-capable IPv4 interface but
+ * loopback: which one a member's peers are behind is not known here,
+ * as a RoCE NIC's port is one interface and the fabric floods.  The
+ * membership is the socket's, so it goes when the context closes.
+ */
+static int link_mcast(struct sv_link_ep *l, const union ibv_gid *mgid, bool join, char *why,
+		      size_t len)
+{
+	struct in_addr g;
+	unsigned i;
+	int err = 0;
+
+	memcpy(&g, &mgid->raw[12], 4);
+	pthread_mutex_lock(&l->mc_lock);
+	for (i = 0; i < l->ngroups && l->groups[i].s_addr != g.s_addr; i++)
+		;
+	if ((i < l->ngroups) == join) {
+		pthread_mutex_unlock(&l->mc_lock);
+		return 0;
+	}
+	if (join) {
+		struct in_addr *ng = realloc(l->groups, (l->ngroups + 1) * sizeof(*ng));
+		if (!ng) {
+			pthread_mutex_unlock(&l->mc_lock);
+			snprintf(why, len, "out of memory");
+			return ENOMEM;
+		}
+		l->groups = ng;
+		l->groups[l->ngroups++] = g;
+	} else {
+		l->groups[i] = l->groups[--l->ngroups];
+	}
+	struct ifaddrs *ifa = NULL;
+	int joined = 0;
+	if (getifaddrs(&ifa)) {
+		err = errno;
+		snprintf(why, len, "getifaddrs: %s", strerror(err));
+	}
+	for (struct ifaddrs *a = ifa; a; a = a->ifa_next) {
+		if (!a->ifa_addr || a->ifa_addr->sa_family != AF_INET ||
+		    (a->ifa_flags & IFF_LOOPBACK) || !(a->ifa_flags & IFF_MULTICAST) ||
+		    !(a->ifa_flags & IFF_UP))
+			continue;
+		struct ip_mreqn m = { .imr_multiaddr = g, .imr_ifindex = (int)if_nametoindex(a->ifa_name) };
+		if (!setsockopt(l->sock, IPPROTO_IP, join ? IP_ADD_MEMBERSHIP : IP_DROP_MEMBERSHIP,
+				&m, sizeof(m)) || errno == EADDRINUSE)
+			joined++;
+		else if (!err && join)
+			snprintf(why, len, "cannot join %s on %s: %s", inet_ntoa(g), a->ifa_name,
+				 strerror(err = errno));
+	}
+	freeifaddrs(ifa);
+	if (join && !joined) {
+		if (!err) {
+			snprintf(why, len, "the host has no multicast-capable IPv4 interface but "
+				 "loopback");
+			err = ENODEV;
+		}
+		l->ngroups--;	/* not joined: a later attach tries again */
+	}
+	pthread_mutex_unlock(&l->mc_lock);
+	return join && !joined ? err : 0;
 }
 
 static int link_sock(struct sv_link_ep *l, uint16_t *port, char *why, size_t len)
 {
 	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	int df = IP_PMTUDISC_DO;
+	int df = IP_PMTUDISC_DO, zero = 0;
 	struct sockaddr_in sin = { .sin_family = AF_INET };
 	socklen_t sl = sizeof(sin);
 
@@ -413,6 +491,9 @@ static int link_sock(struct sv_link_ep *l, uint16_t *port, char *why, size_t len
 		return -1;
 	}
 	sock_bufs(fd);
+	/* A UD QP's multicast packet is for other hosts: this host's members
+	 * have had theirs from the registry (engine/req.c). */
+	setsockopt(fd, IPPROTO_IP, IP_MULTICAST_LOOP, &zero, sizeof(zero));
 	*port = ntohs(sin.sin_port);
 	return fd;
 }
@@ -558,6 +639,17 @@ static int link_send(struct sv_link_ep *l, int fd, const struct sv_route *r, con
 	icrc = htole32(sv_icrc(&f, pkt, n, len));	/* little-endian on the wire (icrc.c) */
 	struct sockaddr_in to = { .sin_family = AF_INET, .sin_port = htons(SV_ROCE_PORT) };
 	memcpy(&to.sin_addr, &r->dst.s6_addr[12], 4);
+	if (IN_MULTICAST(ntohl(to.sin_addr.s_addr))) {
+		/* A group has no route: it leaves by the interface of the
+		 * source GID's address, as a RoCE NIC sends by its port. */
+		struct in_addr src;
+		int ttl = r->ttl;
+		memcpy(&src, &r->src.s6_addr[12], 4);
+		link_flush(l);
+		if (setsockopt(fd, IPPROTO_IP, IP_MULTICAST_IF, &src, sizeof(src)) ||
+		    setsockopt(fd, IPPROTO_IP, IP_MULTICAST_TTL, &ttl, sizeof(ttl)))
+			return errno;
+	}
 	if (sv_fault_config()->on || sv_pcap_on()) {
 		struct iovec iov[SV_MAX_SGE + 4];
 		memcpy(iov, pkt, (size_t)n * sizeof(*pkt));
@@ -614,4 +706,5 @@ const struct sv_link_ops sv_link_udp = {
 	.flush = link_flush,
 	.poll = link_poll,
 	.want_tick = link_want_tick,
+	.mcast = link_mcast,
 };

@@ -8,7 +8,7 @@ for ll in ib roce; do
 	"$SV_BUILD/bin/rdma_demo" server $port >"$TMP/s.out" 2>"$TMP/s.err" &
 	srv=$!
 	wait_listen $port || bad "$ll: demo server never listened"
-	timeout 60 "$SV_BUILD/bin/rdma_demo" client localhost $port >"$TMP/c.out" 2>"$TMP/c.err"
+	timeout -k 5 60 "$SV_BUILD/bin/rdma_demo" client localhost $port >"$TMP/c.out" 2>"$TMP/c.err"
 	rc=$?
 	wait $srv
 	[ $rc -eq 0 ] && [ $? -eq 0 ] && ok "$ll: rdma_demo ran" || bad "$ll: rdma_demo rc $rc"

@@ -28,7 +28,7 @@ ibv_devinfo -i 2 >"$TMP/badport" 2>&1; rc=$?
 
 # ibv_asyncwatch shows real port changes only: none at open, then the
 # cable pulled and plugged with `softverbs port`.
-timeout 3 ibv_asyncwatch >"$TMP/async" 2>&1 &
+timeout -k 5 3 ibv_asyncwatch >"$TMP/async" 2>&1 &
 watch=$!
 sleep 0.5
 "$SV_BUILD/bin/softverbs" port softverbs0/1 down >"$TMP/down" 2>&1

@@ -17,10 +17,10 @@ use() {
 	env -u LD_LIBRARY_PATH "$sv" run --no-view -- sh -c 'echo "$LD_LIBRARY_PATH"' >"$TMP/lp" 2>&1
 	if grep -q "$SV_BUILD" "$TMP/lp"; then bad "$what: the build tree is on the path"
 	else ok "$what: library from $(cut -d: -f1 "$TMP/lp")"; fi
-	env -u LD_LIBRARY_PATH timeout 60 "$sv" run -- ib_write_lat -p $port -n 2000 >"$TMP/isrv" 2>&1 &
+	env -u LD_LIBRARY_PATH timeout -k 5 60 "$sv" run -- ib_write_lat -p $port -n 2000 >"$TMP/isrv" 2>&1 &
 	local srv=$!
 	wait_listen $port
-	env -u LD_LIBRARY_PATH timeout 60 "$sv" run -- ib_write_lat -p $port -n 2000 localhost \
+	env -u LD_LIBRARY_PATH timeout -k 5 60 "$sv" run -- ib_write_lat -p $port -n 2000 localhost \
 		>"$TMP/icli" 2>&1
 	local crc=$?
 	wait $srv

@@ -41,14 +41,14 @@ wait_listen() {
 pair() {
 	local port=$1 what=$2
 	shift 2
-	timeout 120 "$@" -p "$port" >"$TMP/srv.log" 2>&1 &
+	timeout -k 5 120 "$@" -p "$port" >"$TMP/srv.log" 2>&1 &
 	local srv=$!
 	if ! wait_listen "$port"; then
 		bad "$what: the server never listened"; kill $srv 2>/dev/null; wait $srv 2>/dev/null
 		sed 's/^/    srv: /' "$TMP/srv.log" | tail -5
 		return 1
 	fi
-	timeout 120 "$@" -p "$port" localhost >"$TMP/cli.log" 2>&1
+	timeout -k 5 120 "$@" -p "$port" localhost >"$TMP/cli.log" 2>&1
 	local crc=$?
 	wait $srv
 	pair_verdict "$what" $crc $?

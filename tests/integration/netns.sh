@@ -102,18 +102,48 @@ ns_gid_index() {
 		sed -nE "s/^[[:space:]]*GID\[ *([0-9]+)\]:[[:space:]]+::ffff:${ip//./\\.}, RoCE v2.*/\1/p" | head -1
 }
 
+# job_tree PID: PID and every process below it, parents first.
+job_tree() {
+	local c
+	echo "$1"
+	for c in $(pgrep -P "$1" 2>/dev/null); do job_tree "$c"; done
+}
+
 # job_kill PID...: ends background jobs started as `func ... &`: each is a
 # subshell waiting on its command (a timeout wrapper, which passes the
 # signal on), and killing the subshell alone would leave the command
-# running, holding its sockets, until its timeout.
+# running, holding its sockets, until its timeout.  TERM first; whatever
+# is still there after 3 s is named, with its state and where it waits,
+# and killed, so that a program that does not end on TERM shows up in the
+# log instead of hanging the test.
 job_kill() {
-	local p
+	local p q tree left
 	for p in "$@"; do
-		pkill -TERM -P "$p" 2>/dev/null
-		kill "$p" 2>/dev/null
+		tree=$(job_tree "$p")
+		# shellcheck disable=SC2086
+		kill -TERM $tree 2>/dev/null
+		for _ in $(seq 30); do
+			left=""
+			for q in $tree; do job_alive "$q" && left="$left $q"; done
+			[ -z "$left" ] && break
+			sleep 0.1
+		done
+		for q in $left; do
+			job_alive "$q" || continue
+			echo "note: pid $q ($(tr '\0' ' ' <"/proc/$q/cmdline" 2>/dev/null | cut -c1-80)) did not end on TERM:" \
+				"$(grep -E '^State' "/proc/$q/status" | tr -s '\t ' ' '), waiting in $(cat "/proc/$q/wchan" 2>/dev/null); killed"
+			kill -KILL "$q" 2>/dev/null
+		done
 		wait "$p" 2>/dev/null
 	done
 	return 0
+}
+
+# job_alive PID: PID runs (a zombie, which only waits to be reaped, does not).
+job_alive() {
+	local st
+	st=$(grep -E '^State:' "/proc/$1/status" 2>/dev/null) || return 1
+	case $st in *Z*) return 1 ;; esac
 }
 
 # ns_traps FUNC: FUNC runs on every exit (also ^C, TERM, HUP), so that no

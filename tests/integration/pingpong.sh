@@ -27,12 +27,12 @@ done
 SOFTVERBS_LINK_LAYER=roce pair $((port++)) "ibv_xsrq_pingpong (RoCE, -g 1)" ibv_xsrq_pingpong -n 50 -g 1
 # One server, two clients: one SRQ receives from both clients' XRC QPs.
 p=$((port++))
-timeout 120 ibv_xsrq_pingpong -c 2 -n 20 -p $p >"$TMP/srv.log" 2>&1 &
+timeout -k 5 120 ibv_xsrq_pingpong -c 2 -n 20 -p $p >"$TMP/srv.log" 2>&1 &
 srv=$!
 if wait_listen $p; then
-	timeout 120 ibv_xsrq_pingpong -n 20 -p $p localhost >"$TMP/c1.log" 2>&1 &
+	timeout -k 5 120 ibv_xsrq_pingpong -n 20 -p $p localhost >"$TMP/c1.log" 2>&1 &
 	c1=$!
-	timeout 120 ibv_xsrq_pingpong -n 20 -p $p localhost >"$TMP/c2.log" 2>&1
+	timeout -k 5 120 ibv_xsrq_pingpong -n 20 -p $p localhost >"$TMP/c2.log" 2>&1
 	c2rc=$?
 	wait $c1; c1rc=$?
 	wait $srv; srvrc=$?

@@ -5,7 +5,7 @@
 # are what caught it.  Port window 19500-19599.
 . "$(dirname "$0")/lib.sh"
 port=$((19500 + RANDOM % 90))
-timeout 300 qperf -lp $port >"$TMP/qsrv.log" 2>&1 &
+timeout -k 5 300 qperf -lp $port >"$TMP/qsrv.log" 2>&1 &
 srv=$!
 if ! wait_listen $port; then
 	bad "qperf server never listened"
@@ -15,7 +15,7 @@ fi
 for t in rc_lat rc_bw rc_rdma_write_lat rc_rdma_read_bw rc_compare_swap_mr ud_lat uc_bw; do
 	pass=0
 	for run in 1 2 3 4 5; do
-		if timeout 30 qperf -lp $port -t 1 localhost $t >"$TMP/q.log" 2>&1 &&
+		if timeout -k 5 30 qperf -lp $port -t 1 localhost $t >"$TMP/q.log" 2>&1 &&
 		   grep -qE '(latency|bw|msg_rate) += +[0-9.]+ ' "$TMP/q.log"; then
 			pass=$((pass + 1))
 		else

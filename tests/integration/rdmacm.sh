@@ -52,7 +52,7 @@ cm_pair() {
 	local what=$1 port=$2 ps=$3 srvcmd=$4 clicmd=$5 run
 	for run in 1 2 3; do
 		# shellcheck disable=SC2086
-		timeout 120 $srvcmd >"$TMP/srv.log" 2>&1 &
+		timeout -k 5 120 $srvcmd >"$TMP/srv.log" 2>&1 &
 		local srv=$!
 		if ! wait_cm "$port" "$ps"; then
 			bad "$what: the server never listened"; kill $srv 2>/dev/null; wait $srv 2>/dev/null
@@ -60,7 +60,7 @@ cm_pair() {
 			return 1
 		fi
 		# shellcheck disable=SC2086
-		timeout 120 $clicmd >"$TMP/cli.log" 2>&1
+		timeout -k 5 120 $clicmd >"$TMP/cli.log" 2>&1
 		local crc=$?
 		if [ $crc -ne 0 ] && [ "${CM_RELISTEN:-0}" = 1 ] && [ $run -lt 3 ] &&
 			grep -q "Event: RDMA_CM_EVENT_REJECTED; error: 8\." "$TMP/cli.log"; then
@@ -87,10 +87,10 @@ for ll in ib roce; do
 		"udaddy -s 127.0.0.1 -c 4 -C 20" &&
 		expect "udaddy: every transfer ($ll)" "$TMP/srv.log" "^return status 0"
 	# mckey: the receivers join first, then a sender sends to the group.
-	timeout 60 mckey -m 239.1.2.3 -C 20 >"$TMP/mc.log" 2>&1 &
+	timeout -k 5 60 mckey -m 239.1.2.3 -C 20 >"$TMP/mc.log" 2>&1 &
 	mc=$!
 	for _ in $(seq 50); do grep -q "receiving data transfers" "$TMP/mc.log" && break; sleep 0.1; done
-	timeout 60 mckey -m 239.1.2.3 -s -C 20 >"$TMP/mcs.log" 2>&1
+	timeout -k 5 60 mckey -m 239.1.2.3 -s -C 20 >"$TMP/mcs.log" 2>&1
 	src=$?
 	wait $mc
 	mrc=$?
@@ -109,13 +109,13 @@ done
 export SOFTVERBS_LINK_LAYER=roce
 
 # cmtime's server serves until it is killed; the client times every step.
-timeout 120 cmtime -p 7500 >"$TMP/srv.log" 2>&1 &
+timeout -k 5 120 cmtime -p 7500 >"$TMP/srv.log" 2>&1 &
 srv=$!
 if wait_cm 7500; then
 	"$SV_BUILD/bin/softverbs" status >"$TMP/status" 2>&1
 	expect "softverbs status lists the listening rdma_cm port" "$TMP/status" "^TCP +7500 +listening +0"
 fi
-if timeout 120 cmtime -s 127.0.0.1 -p 7500 -c 100 >"$TMP/cli.log" 2>&1; then
+if timeout -k 5 120 cmtime -s 127.0.0.1 -p 7500 -c 100 >"$TMP/cli.log" 2>&1; then
 	expect "cmtime: 100 connections set up and torn down" "$TMP/cli.log" "^disconnect +:"
 else
 	bad "cmtime -c 100"; tail -5 "$TMP/cli.log" "$TMP/srv.log"
@@ -150,10 +150,10 @@ for sz in 4096 1048576; do
 		expect "rstream -T a -S $sz: 50 transfers" "$TMP/cli.log" "^custom +[0-9.]+[kmg]? +50 +1 +"
 done
 head -c 3000017 /dev/urandom >"$TMP/src.bin"
-(cd "$TMP" && timeout 60 rcopy >"$TMP/srv.log" 2>&1) &
+(cd "$TMP" && timeout -k 5 60 rcopy >"$TMP/srv.log" 2>&1) &
 rc_srv=$!
 if wait_cm 7427; then
-	timeout 60 rcopy "$TMP/src.bin" "127.0.0.1:$TMP/dst.bin" >"$TMP/cli.log" 2>&1
+	timeout -k 5 60 rcopy "$TMP/src.bin" "127.0.0.1:$TMP/dst.bin" >"$TMP/cli.log" 2>&1
 	rrc=$?
 	for _ in $(seq 50); do grep -q "closing...done" "$TMP/srv.log" && break; sleep 0.1; done
 	if [ $rrc -eq 0 ] && cmp -s "$TMP/src.bin" "$TMP/dst.bin"; then
@@ -170,7 +170,7 @@ wait $rc_srv 2>/dev/null
 # librspreload: a plain TCP program on rsockets.  While its server
 # listens, the port is an rdma_cm port and no kernel TCP socket listens.
 preload=/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so
-LD_PRELOAD="${LD_PRELOAD:+$LD_PRELOAD }$preload" timeout 60 "$SV_BUILD/bin/tcp_echo" server 7600 \
+LD_PRELOAD="${LD_PRELOAD:+$LD_PRELOAD }$preload" timeout -k 5 60 "$SV_BUILD/bin/tcp_echo" server 7600 \
 	>"$TMP/srv.log" 2>&1 &
 srv=$!
 if wait_cm 7600; then
@@ -179,7 +179,7 @@ if wait_cm 7600; then
 	else
 		ok "librspreload: the server's port is an rdma_cm port, not a kernel TCP one"
 	fi
-	LD_PRELOAD="${LD_PRELOAD:+$LD_PRELOAD }$preload" timeout 60 "$SV_BUILD/bin/tcp_echo" \
+	LD_PRELOAD="${LD_PRELOAD:+$LD_PRELOAD }$preload" timeout -k 5 60 "$SV_BUILD/bin/tcp_echo" \
 		client 7600 $((8 << 20)) >"$TMP/cli.log" 2>&1
 	crc=$?
 	wait $srv
@@ -198,10 +198,10 @@ else
 fi
 
 # Explain mode names what went wrong, in one line.
-SOFTVERBS_EXPLAIN=1 timeout 30 rping -c -a 127.0.0.1 -p 7999 -C 1 >"$TMP/cli.log" 2>&1
+SOFTVERBS_EXPLAIN=1 timeout -k 5 30 rping -c -a 127.0.0.1 -p 7999 -C 1 >"$TMP/cli.log" 2>&1
 expect "rping to a port nothing listens on: REJECTED, explained" "$TMP/cli.log" \
 	"RDMA_CM_EVENT_REJECTED: status 8: id .* 127\.0\.0\.1:[0-9]+ -> 127\.0\.0\.1:7999: nothing listens"
-SOFTVERBS_EXPLAIN=1 timeout 30 rping -c -a 198.18.0.9 -p 7999 -C 1 >"$TMP/cli.log" 2>&1
+SOFTVERBS_EXPLAIN=1 timeout -k 5 30 rping -c -a 198.18.0.9 -p 7999 -C 1 >"$TMP/cli.log" 2>&1
 expect "rping to an address on no host: ADDR_ERROR, explained" "$TMP/cli.log" \
 	"RDMA_CM_EVENT_ADDR_ERROR: status -113: .*no host answers"
 finish

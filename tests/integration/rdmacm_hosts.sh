@@ -47,7 +47,7 @@ fi
 on() {
 	local ns=$1 t=$2
 	shift 2
-	timeout "$t" ip netns exec "$ns" env LD_LIBRARY_PATH="$LD_LIBRARY_PATH" \
+	timeout -k 5 "$t" ip netns exec "$ns" env LD_LIBRARY_PATH="$LD_LIBRARY_PATH" \
 		SOFTVERBS_LINK_LAYER=roce ${LD_PRELOAD:+LD_PRELOAD=$LD_PRELOAD} \
 		${ASAN_OPTIONS:+ASAN_OPTIONS=$ASAN_OPTIONS} "${CM_ENV[@]}" "$@"
 }

@@ -21,13 +21,13 @@ upair() {
 	local what=$1 tls=$2 p=$((port++))
 	shift 2
 	# No UCX_TLS at all for uct tests, which name their transport.
-	env ${tls:+UCX_TLS=$tls} timeout 120 "$SV" run -- ucx_perftest -p $p >"$TMP/usrv.log" 2>&1 &
+	env ${tls:+UCX_TLS=$tls} timeout -k 5 120 "$SV" run -- ucx_perftest -p $p >"$TMP/usrv.log" 2>&1 &
 	local srv=$!
 	if ! wait_listen $p; then
 		bad "$what: the server never listened"; kill $srv 2>/dev/null; wait $srv 2>/dev/null
 		return 1
 	fi
-	env ${tls:+UCX_TLS=$tls} timeout 120 "$SV" run -- ucx_perftest localhost -p $p "$@" \
+	env ${tls:+UCX_TLS=$tls} timeout -k 5 120 "$SV" run -- ucx_perftest localhost -p $p "$@" \
 		>"$TMP/ucli.log" 2>&1
 	local crc=$?
 	wait $srv

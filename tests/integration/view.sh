@@ -56,10 +56,10 @@ else
 fi
 if [ ${#AS[@]} -gt 1 ] || [ "$(id -u)" -ne 0 ]; then
 	check_view "run (unprivileged)" "$USV" "${AS[@]}"
-	(cd /tmp && "${AS[@]}" timeout 60 "$USV" run -- ib_write_lat -p $port -D 3 >"$TMP/wsrv.log" 2>&1) &
+	(cd /tmp && "${AS[@]}" timeout -k 5 60 "$USV" run -- ib_write_lat -p $port -D 3 >"$TMP/wsrv.log" 2>&1) &
 	srv=$!
 	wait_listen $port
-	(cd /tmp && "${AS[@]}" timeout 60 "$USV" run -- ib_write_lat -p $port -D 3 localhost \
+	(cd /tmp && "${AS[@]}" timeout -k 5 60 "$USV" run -- ib_write_lat -p $port -D 3 localhost \
 		>"$TMP/wcli.log" 2>&1) &
 	cli=$!
 	sleep 1.5

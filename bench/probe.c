@@ -10,6 +10,11 @@
  *   sv_probe memcpy SIZE N  memcpy of SIZE bytes, GB/s
  *   sv_probe qpmem N        /dev/shm bytes a softverbs context spends per
  *                           idle RC QP of depth 1, above its queues
+ *   sv_probe idle SECONDS   CPU use of a process whose two RC QPs are
+ *                           connected to each other through the first
+ *                           IPv4-mapped GID (over UDP with
+ *                           SOFTVERBS_TRANSPORT=udp), after one SEND
+ *                           crossed, while the application sleeps
  *   sv_probe rss CMD ...    runs CMD and prints its peak RSS on stderr;
  *                           a small launcher, because a process's maxrss
  *                           keeps the high-water mark of whatever forked it
@@ -187,6 +192,97 @@ static int qpmem(long n)
 	return 0;
 }
 
+static int idle_fail(const char *what)
+{
+	fprintf(stderr, "sv_probe idle: %s\n", what);
+	return 1;
+}
+
+static int idle_to_rts(struct ibv_qp *qp, const union ibv_gid *gid, int gidx, uint32_t dqpn)
+{
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1,
+				 .qp_access_flags = IBV_ACCESS_REMOTE_WRITE };
+
+	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
+		return -1;
+	a = (struct ibv_qp_attr){ .qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_1024, .dest_qp_num = dqpn,
+				  .max_dest_rd_atomic = 1, .min_rnr_timer = 12,
+				  .ah_attr = { .is_global = 1, .port_num = 1,
+					       .grh = { .dgid = *gid, .sgid_index = (uint8_t)gidx,
+							.hop_limit = 64 } } };
+	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+			  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+		return -1;
+	a = (struct ibv_qp_attr){ .qp_state = IBV_QPS_RTS, .timeout = 14, .retry_cnt = 7,
+				  .rnr_retry = 7, .max_rd_atomic = 1 };
+	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+			     IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+}
+
+static double cpu_s(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+	       (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+static int idle(long seconds)
+{
+	struct ibv_device **l = ibv_get_device_list(NULL);
+	struct ibv_context *ctx = l && l[0] ? ibv_open_device(l[0]) : NULL;
+	union ibv_gid gid;
+	int gidx = -1;
+
+	if (!ctx)
+		return idle_fail("no softverbs device");
+	for (int i = 0; i < 16 && gidx < 0; i++) {
+		static const uint8_t v4[12] = { [10] = 0xff, [11] = 0xff };
+		if (!ibv_query_gid(ctx, 1, i, &gid) && !memcmp(gid.raw, v4, sizeof(v4)))
+			gidx = i;
+	}
+	if (gidx < 0)
+		return idle_fail("no IPv4-mapped GID (RoCE mode: SOFTVERBS_LINK_LAYER=roce)");
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	struct ibv_cq *cq = ibv_create_cq(ctx, 4, NULL, NULL, 0);
+	static char buf[64];
+	struct ibv_mr *mr = pd ? ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE) : NULL;
+	struct ibv_qp *qp[2];
+	for (int i = 0; i < 2; i++) {
+		struct ibv_qp_init_attr ia = { .send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+					       .cap = { 1, 1, 1, 1, 0 } };
+		if (!cq || !mr || !(qp[i] = ibv_create_qp(pd, &ia)))
+			return idle_fail("could not create the QPs");
+	}
+	if (idle_to_rts(qp[0], &gid, gidx, qp[1]->qp_num) || idle_to_rts(qp[1], &gid, gidx, qp[0]->qp_num))
+		return idle_fail("could not connect the QPs");
+	struct ibv_sge sge = { (uintptr_t)buf, 8, mr->lkey };
+	struct ibv_recv_wr rw = { .sg_list = &sge, .num_sge = 1 }, *brw;
+	struct ibv_send_wr sw = { .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND,
+				  .send_flags = IBV_SEND_SIGNALED }, *bsw;
+	if (ibv_post_recv(qp[1], &rw, &brw) || ibv_post_send(qp[0], &sw, &bsw))
+		return idle_fail("could not post the SEND");
+	struct ibv_wc wc;
+	int got = 0;
+	for (double t0 = now_ns(); got < 2 && now_ns() - t0 < 5e9;) {
+		int n = ibv_poll_cq(cq, 1, &wc);
+		if (n > 0 && wc.status != IBV_WC_SUCCESS)
+			return idle_fail(ibv_wc_status_str(wc.status));
+		got += n > 0;
+	}
+	if (got < 2)
+		return idle_fail("the SEND did not complete in 5 s");
+	/* Let the progress thread settle (ACKs, timers), then sample. */
+	sleep(1);
+	double c0 = cpu_s(), w0 = now_ns();
+	sleep((unsigned)seconds);
+	double c1 = cpu_s(), w1 = now_ns();
+	printf("idle_seconds=%.1f\nidle_cpu_s=%.4f\nidle_cpu_pct=%.3f\n", (w1 - w0) / 1e9, c1 - c0,
+	       100.0 * (c1 - c0) / ((w1 - w0) / 1e9));
+	return 0;
+}
+
 static int rss(char **argv)
 {
 	struct rusage ru;
@@ -215,6 +311,9 @@ int main(int argc, char **argv)
 		return mcpy((size_t)atol(argv[2]), atol(argv[3]));
 	if (argc >= 3 && !strcmp(argv[1], "qpmem"))
 		return qpmem(atol(argv[2]));
-	fprintf(stderr, "usage: sv_probe pingpong N | cma SIZE N | memcpy SIZE N | qpmem N | rss CMD...\n");
+	if (argc >= 3 && !strcmp(argv[1], "idle"))
+		return idle(atol(argv[2]));
+	fprintf(stderr, "usage: sv_probe pingpong N | cma SIZE N | memcpy SIZE N | qpmem N | idle SECONDS | "
+		"rss CMD...\n");
 	return 2;
 }

@@ -1033,5 +1033,10 @@ void sv_ah_release(struct sv_ah *ah);
 const char *sv_errno_name(int err);
 /* core/log.c: CLOCK_MONOTONIC in ns, for timers and explanations. */
 uint64_t sv_now_ns(void);
+/* core/log.c: the calling thread, one that sleeps until the device has
+ * work (a progress or receive thread), asks the scheduler for the
+ * shortest slice, so that its wake-up preempts an application thread
+ * spinning on the same core at once. */
+void sv_thread_prompt(void);
 
 #endif

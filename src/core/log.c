@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -144,6 +146,32 @@ uint64_t sv_now_ns(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &t);
 	return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+/*
+ * A NIC serves a WRITE or a READ while the target's application spins on
+ * its buffer; softverbs' thread must get the core from it first.  Under
+ * EEVDF (Linux 6.6 on) a woken task preempts the running one only once
+ * that one has used its slice (0.75 ms and more) unless the woken task's
+ * own slice is shorter (custom slices, 6.12): so this thread asks for
+ * the shortest, 0.1 ms, which any user may for a SCHED_OTHER thread.  It
+ * runs for microseconds at a wake, so it takes nothing from the others'
+ * share.  Older kernels refuse sched_runtime for SCHED_OTHER (EINVAL) or
+ * ignore it: nothing changes there.
+ */
+void sv_thread_prompt(void)
+{
+	struct {
+		uint32_t size, policy;
+		uint64_t flags;
+		int32_t nice;
+		uint32_t priority;
+		uint64_t runtime, deadline, period;
+	} a = { .size = 48, .policy = 0 /* SCHED_OTHER */, .runtime = 100000 };
+	_Static_assert(sizeof(a) == 48, "struct sched_attr, SCHED_ATTR_SIZE_VER0");
+
+	a.nice = (int32_t)getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid));
+	syscall(SYS_sched_setattr, 0, &a, 0);
 }
 
 /* rdma-core's ibv_wc_status_str() strings (verbs/strings.c answers with

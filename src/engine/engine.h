@@ -184,6 +184,10 @@ struct sv_link_ops {
 	void (*flush)(struct sv_link_ep *l);
 	/* A thread polling a CQ drives reception: true if it received. */
 	bool (*poll)(struct sv_link_ep *l);
+	/* The process is leaving: what waits in the endpoint is received,
+	 * and what belongs to other contexts of the host is handed to them,
+	 * now (the caller holds no engine lock). */
+	void (*drain)(struct sv_link_ep *l);
 	/* sv_pkt_tick() is wanted by when_ns (CLOCK_MONOTONIC). */
 	void (*want_tick)(struct sv_link_ep *l, uint64_t when_ns);
 	/* Packets to the IPv4 multicast group (an IPv4-mapped MGID) reach
@@ -200,6 +204,10 @@ extern const struct sv_link_ops sv_link_udp;
 bool sv_pkt_rx_lock(struct sv_context *c, bool wait);
 void sv_pkt_rx(struct sv_context *c, const struct sv_link_pkt *p);
 void sv_pkt_rx_unlock(struct sv_context *c);
+/* The same for a thread polling a CQ: the ACKs it owes may wait a while
+ * (pkt.c says how long), so that the application sees its completions
+ * first. */
+void sv_pkt_rx_unlock_poller(struct sv_context *c);
 /* Timers (retransmission, RNR waits): returns when it is next wanted, or
  * 0 when no timer runs. */
 uint64_t sv_pkt_tick(struct sv_context *c, uint64_t now_ns);

@@ -192,9 +192,25 @@ bool sv_route_remote(const struct sv_device *dev, const struct ibv_ah_attr *av,
 /* ---- a context's packet state ---- */
 
 static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Contexts with packet state (live_next), for pkt_at_exit(). */
+static struct pkt_ctx *live;
+
+/* A forked child's copies of its parent's contexts are not its own: at
+ * its exit it must neither acknowledge for them nor read their sockets,
+ * which it shares with the parent. */
+static void live_prepare(void) { pthread_mutex_lock(&open_lock); }
+static void live_parent(void) { pthread_mutex_unlock(&open_lock); }
+static void live_child(void)
+{
+	live = NULL;
+	pthread_mutex_init(&open_lock, NULL);
+}
+static pthread_once_t live_once = PTHREAD_ONCE_INIT;
+static void live_init(void) { pthread_atfork(live_prepare, live_parent, live_child); }
 
 struct pkt_ctx *pkt_ctx_get(struct sv_context *c, char *why, size_t len)
 {
+	pthread_once(&live_once, live_init);
 	pthread_mutex_lock(&open_lock);
 	struct pkt_ctx *pc = c->pkt;
 
@@ -225,9 +241,51 @@ struct pkt_ctx *pkt_ctx_get(struct sv_context *c, char *why, size_t len)
 		pc = NULL;
 	} else {
 		atomic_store_explicit(&pc->st->on, 1, memory_order_release);
+		pc->live_next = live;
+		live = pc;
 	}
 	pthread_mutex_unlock(&open_lock);
 	return pc;
+}
+
+/*
+ * The ACKs still due go out now: those a CQ poller held, and those of a
+ * batch another thread is receiving, whose completions its application
+ * may have seen already (taking rx_lock waits for that batch, whose end
+ * sends them).  At exit() the wait is bounded: a thread stopped inside
+ * the library for good must not keep the process from ending.
+ */
+static bool send_due_acks(struct pkt_ctx *pc, bool at_exit)
+{
+	if (at_exit) {
+		struct timespec until;
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_nsec += 100000000;
+		if (until.tv_nsec >= 1000000000) {
+			until.tv_sec++;
+			until.tv_nsec -= 1000000000;
+		}
+		if (pthread_mutex_timedlock(&pc->rx_lock, &until))
+			return false;
+	} else {
+		pthread_mutex_lock(&pc->rx_lock);
+	}
+	pkt_send_acks(pc);
+	pc->ops->flush(pc->link);
+	pthread_mutex_unlock(&pc->rx_lock);
+	return true;
+}
+
+/* An application that saw its last completion and calls exit() without
+ * closing its contexts still acknowledges what it received, and hands on
+ * what its endpoints hold for other processes. */
+__attribute__((destructor)) static void pkt_at_exit(void)
+{
+	pthread_mutex_lock(&open_lock);
+	for (struct pkt_ctx *pc = live; pc; pc = pc->live_next)
+		if (send_due_acks(pc, true))
+			pc->ops->drain(pc->link);
+	pthread_mutex_unlock(&open_lock);
 }
 
 struct sv_pkt_ep_stats *sv_pkt_ep_stats(struct sv_context *c)
@@ -245,6 +303,7 @@ static void unhash(struct pkt_ctx *pc, struct pkt_qp *q)
 	for (struct pkt_qp **p = &pc->acks; *p; p = &(*p)->ack_next)
 		if (*p == q) {
 			*p = q->ack_next;
+			q->ack_listed = false;
 			break;
 		}
 }
@@ -271,6 +330,15 @@ void sv_pkt_ctx_close(struct sv_context *c)
 
 	if (!pc)
 		return;
+	pthread_mutex_lock(&open_lock);
+	for (struct pkt_ctx **p = &live; *p; p = &(*p)->live_next)
+		if (*p == pc) {
+			*p = pc->live_next;
+			break;
+		}
+	pthread_mutex_unlock(&open_lock);
+	send_due_acks(pc, false);
+	pc->ops->drain(pc->link);
 	/* Tombstones answer retransmissions while the link still runs. */
 	for (int i = 0; i < 200; i++) {
 		pthread_mutex_lock(&pc->rx_lock);
@@ -471,6 +539,11 @@ void sv_pkt_qp_detach(struct sv_qp *qp)
 	 * out of the hash, or a tombstone, nothing of the link's reaches
 	 * the QP. */
 	pthread_mutex_lock(&pc->rx_lock);
+	/* Its ACK, if a poller held it, before it leaves the list. */
+	if (q->ack_due) {
+		pkt_send_acks(pc);
+		pkt_flush(q);
+	}
 	pthread_mutex_lock(&qp->sq_lock);
 	qp->pq = NULL;
 	qp->pq_remote = false;
@@ -648,20 +721,53 @@ bool sv_pkt_rx_lock(struct sv_context *c, bool wait)
 	return !pthread_mutex_trylock(&pc->rx_lock);
 }
 
-void sv_pkt_rx_unlock(struct sv_context *c)
+void pkt_send_acks(struct pkt_ctx *pc)
 {
-	struct pkt_ctx *pc = c->pkt;
-
-	/* The batch's data is in place before anything acknowledges it. */
-	pkt_gpu_flush(pc);
 	/* Coalesced ACKs: one per QP per batch (IBA 9.7.5.1.1 lets a
 	 * responder acknowledge several packets with one ACK). */
 	while (pc->acks) {
 		struct pkt_qp *q = pc->acks;
 		pc->acks = q->ack_next;
 		q->ack_next = NULL;
+		q->ack_listed = false;
 		if (q->ack_due)
 			pkt_resp_ack(q);
+	}
+	atomic_store_explicit(&pc->acks_held, false, memory_order_relaxed);
+}
+
+void sv_pkt_rx_unlock(struct sv_context *c)
+{
+	struct pkt_ctx *pc = c->pkt;
+
+	/* The batch's data is in place before anything acknowledges it. */
+	pkt_gpu_flush(pc);
+	pkt_send_acks(pc);
+	pc->ops->flush(pc->link);
+	pthread_mutex_unlock(&pc->rx_lock);
+}
+
+/*
+ * A thread polling a CQ received: its application is about to see the
+ * completions, and the ACKs' system call would stand between them.  So
+ * the ACKs this batch made wait: for the application's next post on a
+ * QP of this context, which sends them in its own system call
+ * (sv_pkt_sq_run: a ping-pong's reply carries its ACK), or for the next
+ * poll, which sends what an earlier one held, or at the latest for the
+ * thread's tick.  Responses (READ, atomic) and NAKs leave at once.  An
+ * ACK may be delayed (IBA 9.7.5.1.1 sets no deadline below the
+ * requester's timeout); 200 us is far below the smallest one in use.
+ */
+void sv_pkt_rx_unlock_poller(struct sv_context *c)
+{
+	struct pkt_ctx *pc = c->pkt;
+
+	pkt_gpu_flush(pc);
+	if (!pc->acks || atomic_load_explicit(&pc->acks_held, memory_order_relaxed)) {
+		pkt_send_acks(pc);
+	} else {
+		atomic_store_explicit(&pc->acks_held, true, memory_order_relaxed);
+		pc->ops->want_tick(pc->link, sv_now_ns() + PKT_ACK_HOLD_NS);
 	}
 	pc->ops->flush(pc->link);
 	pthread_mutex_unlock(&pc->rx_lock);

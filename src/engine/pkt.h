@@ -24,6 +24,9 @@
  * answers a repeated atomic from its record, never executing it twice). */
 #define PKT_ATOMIC_RES		16u
 #define PKT_HASH		256u
+/* How long a CQ poller's ACKs may wait for the thread's tick at most
+ * (sv_pkt_rx_unlock_poller): far below any retransmission timeout. */
+#define PKT_ACK_HOLD_NS		200000ull
 #define PKT_HDR_MAX		64u
 
 enum pkt_wqe_state { PW_NEW, PW_SENT, PW_DONE, PW_ERROR };
@@ -65,6 +68,7 @@ struct pkt_qp {
 	uint32_t msn;
 	bool nak_sent;			/* a sequence NAK for epsn is out */
 	bool ack_due;
+	bool ack_listed;		/* on pc->acks, whether or not an ACK is still due */
 	uint32_t ack_psn;		/* the PSN the coalesced ACK acknowledges */
 	bool acked;			/* this packet's ACK has left already */
 	struct pkt_qp *ack_next;	/* pc->acks, this batch */
@@ -107,6 +111,11 @@ struct pkt_ctx {
 	pthread_mutex_t qps_lock;	/* `all`: the QPs whose timers run */
 	struct pkt_qp *hash[PKT_HASH];
 	struct pkt_qp *acks;		/* QPs owing an ACK at the end of this batch */
+	/* A CQ poller's batch holds its ACKs back (sv_pkt_rx_unlock_poller):
+	 * set under rx_lock; read without it by the requester, which sends
+	 * them with its next packets when it can take rx_lock. */
+	_Atomic bool acks_held;
+	struct pkt_ctx *live_next;	/* every context's, under pkt.c's open_lock */
 	struct pkt_qp **all;
 	uint32_t nall, cap;
 	/* The endpoint's counters, in the context's segment: drops of
@@ -162,6 +171,8 @@ static inline void pkt_flush(struct pkt_qp *q)
 }
 int pkt_send(struct pkt_qp *q, const struct sv_route *r, const void *hdr, size_t hlen,
 	     const struct iovec *payload, int np, size_t plen);
+/* The ACKs due, sent now (rx_lock held). */
+void pkt_send_acks(struct pkt_ctx *pc);
 /* pkt_resp.c: a request packet for q (the caller holds rx_lock). */
 void pkt_resp_rx(struct pkt_qp *q, const struct ib_bth *bth, const struct sv_link_pkt *p);
 void pkt_resp_ack(struct pkt_qp *q);

@@ -654,6 +654,15 @@ int sv_pkt_sq_run(struct sv_qp *qp)
 	if (r != SV_RUN_OK)
 		return r;
 	transmit(q);
+	/* ACKs a CQ poller held leave in this system call, after the data.
+	 * Only if rx_lock is free: the caller holds sq_lock, and reception
+	 * takes rx_lock first (run_after_rx holds both already). */
+	struct pkt_ctx *pc = q->pc;
+	if (atomic_load_explicit(&pc->acks_held, memory_order_relaxed) &&
+	    !pthread_mutex_trylock(&pc->rx_lock)) {
+		pkt_send_acks(pc);
+		pthread_mutex_unlock(&pc->rx_lock);
+	}
 	pkt_flush(q);
 	return complete_head(q);
 }

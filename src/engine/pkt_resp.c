@@ -62,8 +62,12 @@ void pkt_resp_reset(struct pkt_qp *q)
 static void want_ack(struct pkt_qp *q, uint32_t psn)
 {
 	q->ack_psn = psn;
-	if (!q->ack_due) {
-		q->ack_due = true;
+	q->ack_due = true;
+	/* Listed once however often its ACK falls due and is cleared (a
+	 * reset while a poller holds the list): only the list's walk and
+	 * unhash() take it off. */
+	if (!q->ack_listed) {
+		q->ack_listed = true;
 		q->ack_next = q->pc->acks;
 		q->pc->acks = q;
 	}
@@ -146,9 +150,14 @@ static enum sv_result place_recv(struct pkt_qp *q, struct sv_target *t, const ui
 }
 
 /*
- * A message's receive completion.  For RC its ACK leaves first, not at
- * the end of the batch: once the application sees the completion it may
- * exit, and with it this process's part of the wire.
+ * A message's receive completion.  For RC its ACK is due with the batch's
+ * (coalesced, or held by a CQ poller until its application's next post:
+ * sv_pkt_rx_unlock_poller).  An application that sees the completion and
+ * leaves still sends it: destroying the QP or closing the context sends
+ * what is held, and so does exit() (pkt.c).  A process killed before
+ * that loses it, as an ACK lost on the wire with its responder gone: the
+ * requester's retries end in IBV_WC_RETRY_EXC_ERR, which IBA allows for
+ * a message that was delivered (C9-140).
  */
 static void complete_recv(struct pkt_qp *q, struct sv_target *t, enum ibv_wc_opcode op,
 			  uint32_t len, uint32_t src_qp, uint32_t wc_flags, uint32_t imm, bool se,
@@ -159,9 +168,7 @@ static void complete_recv(struct pkt_qp *q, struct sv_target *t, enum ibv_wc_opc
 	if (pkt_gpu_flush_held(q->pc, NULL) == q)
 		return;
 	if (rc(q)) {
-		q->ack_psn = psn;
-		pkt_resp_ack(q);
-		pkt_flush(q);
+		want_ack(q, psn);
 		q->acked = true;
 	}
 	struct shm_cqe e = {

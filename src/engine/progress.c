@@ -78,6 +78,7 @@ static void *progress_main(void *arg)
 	struct sv_context *c = arg;
 	struct shm_hdr *h = c->seg.h;
 
+	sv_thread_prompt();
 	for (;;) {
 		/* Read the doorbell before scanning; sleeping only while it
 		 * still has this value means no ring is ever missed. */

@@ -823,6 +823,76 @@ static void one_sided_into_sleeper(int kind)
 	close(sp[0]);
 }
 
+/*
+ * A receiver that sees its last completion and calls exit() at once, as
+ * a ping-pong's last round does: the sender's SEND still completes with
+ * success.  Over packets, the ACK of a message that a CQ poller received
+ * may wait for the application's next post (engine/pkt.c); exit() must
+ * not lose it.  The first message wakes the receiver's endpoint thread,
+ * which then leaves reception to the polling application thread; the
+ * second is that thread's, and its completion is the last.  The
+ * sender's retry budget (timeout 12 x 3 tries, about 50 ms) is far
+ * shorter than the 10 s poll, so a lost ACK fails the test.
+ */
+static void test_receiver_exits_at_once(void **state)
+{
+	(void)state;
+	struct qp_opts o = rc_default;
+	o.timeout = 12;
+	o.retry_cnt = 2;
+	for (int round = 0; round < 5; round++) {
+		int sp[2];
+		struct exch x;
+		char r;
+
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sp), 0);
+		pid_t pid = fix_fork();
+		if (!pid) {
+			struct end t;
+			close(sp[0]);
+			end_open(&t, &o);
+			struct exch me = { .qpn = t.qp->qp_num, .lid = t.port.lid, .gid = t.gid };
+			if (write(sp[1], &me, sizeof(me)) != sizeof(me) ||
+			    read(sp[1], &x, sizeof(x)) != sizeof(x))
+				_exit(2);
+			struct end peer = { .port = t.port, .gid = x.gid };
+			peer.port.lid = x.lid;
+			connect_qp(t.qp, &peer, x.qpn, &o);
+			post_recv(&t, t.buf, 64, 7);
+			post_recv(&t, t.buf, 64, 8);
+			if (write(sp[1], "r", 1) != 1)
+				_exit(3);
+			if (!wc_ok(t.cq, 7))
+				_exit(4);
+			exit(wc_ok(t.cq, 8) ? 0 : 5);	/* no teardown: exit() alone */
+		}
+		close(sp[1]);
+		struct end a;
+		end_open(&a, &o);
+		assert_int_equal(read(sp[0], &x, sizeof(x)), sizeof(x));
+		struct exch me = { .qpn = a.qp->qp_num, .lid = a.port.lid, .gid = a.gid };
+		assert_int_equal(write(sp[0], &me, sizeof(me)), sizeof(me));
+		struct end peer = { .port = a.port, .gid = x.gid };
+		peer.port.lid = x.lid;
+		connect_qp(a.qp, &peer, x.qpn, &o);
+		assert_int_equal(read(sp[0], &r, 1), 1);
+		for (uint64_t id = 1; id <= 2; id++) {
+			if (id == 2)
+				usleep(5000);	/* the receiver polls all along */
+			assert_int_equal(post(&a, IBV_WR_SEND, a.buf, 64, a.mr->lkey, 0, 0, id,
+					      IBV_SEND_SIGNALED), 0);
+			struct ibv_wc wc = poll_one(a.cq);
+			if (wc.status != IBV_WC_SUCCESS)
+				fail_msg("round %d: SEND %llu to a receiver that exits after its last "
+					 "completion ended %s", round, (unsigned long long)id,
+					 ibv_wc_status_str(wc.status));
+		}
+		assert_child_ok(pid, "receiver");
+		end_close(&a);
+		close(sp[0]);
+	}
+}
+
 static void test_64mib_into_sleeping_private(void **state) { (void)state; one_sided_into_sleeper(0); }
 static void test_64mib_into_sleeping_sysv_shm(void **state) { (void)state; one_sided_into_sleeper(1); }
 static void test_64mib_into_sleeping_posix_shm(void **state) { (void)state; one_sided_into_sleeper(2); }
@@ -1007,6 +1077,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_ud_grh_and_qkey),
 		cmocka_unit_test(test_ud_multicast),
 		cmocka_unit_test(test_odp_page_unmapped_after_registration),
+		cmocka_unit_test(test_receiver_exits_at_once),
 		cmocka_unit_test(test_64mib_into_sleeping_private),
 		cmocka_unit_test(test_64mib_into_sleeping_sysv_shm),
 		cmocka_unit_test(test_64mib_into_sleeping_posix_shm),

@@ -74,6 +74,7 @@ struct sv_link_ep {
 	 * the thread sees a new timer or the requester sees it asleep. */
 	atomic_bool dirty;
 	uint64_t next_tick;		/* the engine's next timer, 0 none (rx_lock) */
+	unsigned fwd_skipped;		/* polls that left the forwarding socket (rx_lock) */
 	/* Receive buffers (rx_lock). */
 	uint8_t (*bufs)[RX_BUF];
 	struct mmsghdr msgs[RX_BATCH];
@@ -194,8 +195,14 @@ static void deliver(struct sv_link_ep *l, const uint8_t *buf, size_t len, const 
 }
 
 /* Receives what is waiting, up to a few batches; the caller holds the
- * context's rx lock.  Returns the number of packets. */
-static int receive(struct sv_link_ep *l)
+ * context's rx lock.  Returns the number of packets.  A CQ poller
+ * (poller true) that got packets from the wire leaves the forwarding
+ * socket for a later poll, one in FWD_EVERY at least, so that its
+ * application meets them one system call sooner: packets reach it there
+ * only on a host with several contexts, and never while the wire is
+ * quiet. */
+#define FWD_EVERY	8
+static int receive(struct sv_link_ep *l, bool poller)
 {
 	int total = 0;
 
@@ -220,6 +227,9 @@ static int receive(struct sv_link_ep *l)
 				off += seg;
 			} while (off < len);
 		}
+		if (poller && n > 0 && ++l->fwd_skipped < FWD_EVERY)
+			return total + n;
+		l->fwd_skipped = 0;
 		int k = 0;
 		for (; k < RX_BATCH; k++) {
 			l->iovs[k] = (struct iovec){ l->bufs[k], RX_BUF };
@@ -248,6 +258,7 @@ static void *rx_thread(void *arg)
 {
 	struct sv_link_ep *l = arg;
 
+	sv_thread_prompt();
 	while (!atomic_load(&l->stop)) {
 		uint64_t now = sv_now_ns();
 		bool pollers = now - atomic_load_explicit(&l->last_poll, memory_order_relaxed) <
@@ -284,7 +295,7 @@ static void *rx_thread(void *arg)
 			break;
 		now = sv_now_ns();
 		if ((np > 1 && (p[1].revents || p[2].revents)) && sv_pkt_rx_lock(l->ctx, true)) {
-			receive(l);
+			receive(l, false);
 			sv_pkt_rx_unlock(l->ctx);
 		}
 		if ((l->next_tick && now >= l->next_tick) || p[0].revents)
@@ -684,9 +695,22 @@ static bool link_poll(struct sv_link_ep *l)
 	atomic_store_explicit(&l->last_poll, sv_now_ns(), memory_order_relaxed);
 	if (!sv_pkt_rx_lock(l->ctx, false))
 		return false;
-	int n = receive(l);
-	sv_pkt_rx_unlock(l->ctx);
+	int n = receive(l, true);
+	sv_pkt_rx_unlock_poller(l->ctx);
 	return n > 0;
+}
+
+/*
+ * Packets the kernel gave this endpoint for another context of the host
+ * would die with its socket: among them, on a host whose processes talk
+ * to each other by packets, the ACK of a message this process received
+ * last, which the sender cannot get again once this process is gone.
+ */
+static void link_drain(struct sv_link_ep *l)
+{
+	sv_pkt_rx_lock(l->ctx, true);
+	receive(l, false);
+	sv_pkt_rx_unlock(l->ctx);
 }
 
 static void link_want_tick(struct sv_link_ep *l, uint64_t when)
@@ -705,6 +729,7 @@ const struct sv_link_ops sv_link_udp = {
 	.send = link_send,
 	.flush = link_flush,
 	.poll = link_poll,
+	.drain = link_drain,
 	.want_tick = link_want_tick,
 	.mcast = link_mcast,
 };

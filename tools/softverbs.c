@@ -255,30 +255,47 @@ static void udp_status(const struct sv_reg_ep_info *eps, int ne, const struct sv
 		       ld(&e->rx_no_owner), ld(&e->rx_forwarded), ld(&e->rx_fwd_in),
 		       ld(&e->drop_bad_hdr), ld(&e->drop_unknown_qpn), ld(&e->drop_bad_src));
 	}
-	for (int i = 0; i < nq; i++) {
-		struct shm_hdr *h = ep_seg(eps, ne, qps[i].ep);
-		struct shm_qp *sq = h ? sv_seg_qp(h, qps[i].qpn) : NULL;
-		if (!sq || !atomic_load_explicit(&sq->pkt.on, memory_order_acquire))
-			continue;
-		struct sv_pkt_qp_stats *q = &sq->pkt;
-		char peer[INET6_ADDRSTRLEN + 16] = "any";
-		const uint8_t *a = q->peer;
-		if (q->dest_qpn) {
-			static const uint8_t v4[12] = { [10] = 0xff, [11] = 0xff };
-			if (!memcmp(a, v4, sizeof(v4)))
-				snprintf(peer, sizeof(peer), "%u.%u.%u.%u", a[12], a[13], a[14], a[15]);
-			else
-				inet_ntop(AF_INET6, a, peer, sizeof(peer));
-			size_t l = strlen(peer);
-			snprintf(peer + l, sizeof(peer) - l, "/0x%06x", q->dest_qpn);
+	/* PEER/QPN is an IPv4 address or an IPv6 one, up to 39 characters:
+	 * the column is as wide as its widest entry. */
+	static char peers[SV_HOST_MAX_QP][INET6_ADDRSTRLEN + 16];
+	int width = 26;
+	for (int pass = 0; pass < 2; pass++) {
+		for (int i = 0; i < nq; i++) {
+			struct shm_hdr *h = ep_seg(eps, ne, qps[i].ep);
+			struct shm_qp *sq = h ? sv_seg_qp(h, qps[i].qpn) : NULL;
+			if (pass == 0)
+				peers[i][0] = 0;	/* shown only if seen on in pass 0 */
+			if (!sq || !atomic_load_explicit(&sq->pkt.on, memory_order_acquire) ||
+			    (pass == 1 && !peers[i][0]))
+				continue;
+			struct sv_pkt_qp_stats *q = &sq->pkt;
+			char *peer = peers[i];
+			if (pass == 0) {
+				const uint8_t *a = q->peer;
+				snprintf(peer, sizeof(peers[i]), "any");
+				if (q->dest_qpn) {
+					static const uint8_t v4[12] = { [10] = 0xff, [11] = 0xff };
+					if (!memcmp(a, v4, sizeof(v4)))
+						snprintf(peer, sizeof(peers[i]), "%u.%u.%u.%u", a[12],
+							 a[13], a[14], a[15]);
+					else
+						inet_ntop(AF_INET6, a, peer, INET6_ADDRSTRLEN);
+					size_t l = strlen(peer);
+					snprintf(peer + l, sizeof(peers[i]) - l, "/0x%06x", q->dest_qpn);
+				}
+				if ((int)strlen(peer) > width)
+					width = (int)strlen(peer);
+				continue;
+			}
+			if (!np++)
+				printf("\nQPs reached by packets:\n%-8s %-*s %-6s %11s %11s %8s %8s %8s "
+				       "%8s %8s\n", "QPN", width, "PEER/QPN", "SPORT", "TX_PKTS", "RX_PKTS",
+				       "RETRANS", "SEQ_NAKS", "RNR_NAKS", "DUPS", "DROPS");
+			printf("0x%06x %-*s %-6u %11llu %11llu %8llu %8llu %8llu %8llu %8llu\n",
+			       qps[i].qpn, width, peer, q->sport, ld(&q->tx_pkts), ld(&q->rx_pkts),
+			       ld(&q->retrans), ld(&q->naks_seq), ld(&q->rnr_naks), ld(&q->dups),
+			       ld(&q->drops));
 		}
-		if (!np++)
-			printf("\nQPs reached by packets:\n%-8s %-26s %-6s %11s %11s %8s %8s %8s %8s "
-			       "%8s\n", "QPN", "PEER/QPN", "SPORT", "TX_PKTS", "RX_PKTS", "RETRANS",
-			       "SEQ_NAKS", "RNR_NAKS", "DUPS", "DROPS");
-		printf("0x%06x %-26s %-6u %11llu %11llu %8llu %8llu %8llu %8llu %8llu\n", qps[i].qpn,
-		       peer, q->sport, ld(&q->tx_pkts), ld(&q->rx_pkts), ld(&q->retrans),
-		       ld(&q->naks_seq), ld(&q->rnr_naks), ld(&q->dups), ld(&q->drops));
 	}
 	if (!nu)
 		printf("\nUDP endpoints (RoCEv2): none (no QP of this host reaches another host)\n");

@@ -4,8 +4,8 @@
  * with port 1 ACTIVE.  The link layer is InfiniBand by default, with a LID
  * from the host registry so that perftest and the pingpongs run with no
  * flags.  In RoCE mode it is Ethernet: the GID table holds RoCEv2 GIDs,
- * the link-local one and an IPv4-mapped one per address of the host (its
- * network namespace), and a GRH is required, as on real RoCE (IBA
+ * the link-local one, an IPv4-mapped one per IPv4 address of the host
+ * (its network namespace) and one per IPv6 address, and a GRH is required, as on real RoCE (IBA
  * A16/A17, RoCEv2 annex).  The table and the port's MTU are the host's,
  * read from its interfaces once: the verbs report them and the engine
  * routes by them.
@@ -35,47 +35,73 @@ static struct gid_slot gids[SV_MAX_DEVICES][SV_GID_TBL_LEN];
 static int ndevices;
 static pthread_once_t dev_once = PTHREAD_ONCE_INIT;
 
+/* A RoCEv2 packet is the IB MTU plus the IP header (20 bytes for IPv4,
+ * 40 for IPv6), UDP, BTH, the largest extension headers and the ICRC:
+ * rxe derives the port's MTU from its netdev's the same way.  The port's
+ * is the largest every interface with an address carries. */
+static void clamp_mtu(const char *ifname, int ip_hdr)
+{
+	struct ifreq ifr = { 0 };
+	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+
+	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", ifname);
+	if (fd >= 0 && !ioctl(fd, SIOCGIFMTU, &ifr)) {
+		int room = ifr.ifr_mtu - ip_hdr - 8 - 12 - 28 - 4 - 4;
+		enum ibv_mtu m = IBV_MTU_256;
+		while (m < IBV_MTU_4096 && (128 << (m + 1)) <= room)
+			m++;
+		if (m < link_mtu)
+			link_mtu = m;
+	}
+	if (fd >= 0)
+		close(fd);
+}
+
+/*
+ * The GID table.  GID[0] is the link-local GID built from the port GUID
+ * (IBA 4.1.1); in RoCE mode RoCEv2 GIDs follow, one per address of the
+ * host: first every IPv4 address as an IPv4-mapped GID, ::ffff:a.b.c.d
+ * (so GID[1] and the indices of IPv4 addresses are what they were before
+ * IPv6 was listed), then every IPv6 address as itself.  As the kernel's
+ * GID cache does for a RoCE netdev (roce_gid_mgmt.c: each IPv6 address
+ * of the netdev, link-local ones included), link-local addresses are
+ * listed too, each with its interface (ndev_ifindex): a packet to a
+ * link-local GID leaves by the interface of the source GID's entry.
+ * softverbs lists RoCE v2 GIDs only (a v1 GID is an Ethernet frame
+ * without IP, which a UDP socket cannot send).  The table holds
+ * SV_GID_TBL_LEN entries; addresses beyond it are not listed.
+ */
 static void fill_gids(struct sv_device *d)
 {
 	struct gid_slot *g = gids[d->index];
 	struct ifaddrs *ifa, *i;
 	unsigned n = 0;
 
-	/* GID[0]: the link-local GID built from the port GUID (IBA 4.1.1). */
 	g[n].gid.global.subnet_prefix = htobe64(SV_GID_PREFIX);
 	g[n].gid.global.interface_id = htobe64(d->guid);
 	g[n].type = sv_config()->link == SV_LINK_IB ? IBV_GID_TYPE_IB : IBV_GID_TYPE_ROCE_V2;
 	n++;
 	if (sv_config()->link != SV_LINK_ROCE || getifaddrs(&ifa))
 		return;
-	/* RoCEv2 GIDs are IPv4-mapped IPv6 addresses, ::ffff:a.b.c.d. */
-	for (i = ifa; i && n < SV_GID_TBL_LEN; i = i->ifa_next) {
-		if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET)
-			continue;
-		struct sockaddr_in *sin = (struct sockaddr_in *)i->ifa_addr;
-		memset(&g[n].gid, 0, sizeof(g[n].gid));
-		g[n].gid.raw[10] = 0xff;
-		g[n].gid.raw[11] = 0xff;
-		memcpy(&g[n].gid.raw[12], &sin->sin_addr, 4);
-		g[n].type = IBV_GID_TYPE_ROCE_V2;
-		g[n].ifindex = if_nametoindex(i->ifa_name);
-		n++;
-		/* A RoCEv2 packet is the IB MTU plus IPv4, UDP, BTH, the
-		 * largest extension headers and the ICRC: rxe derives the
-		 * port's MTU from its netdev's the same way. */
-		struct ifreq ifr = { 0 };
-		int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-		snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", i->ifa_name);
-		if (fd >= 0 && !ioctl(fd, SIOCGIFMTU, &ifr)) {
-			int room = ifr.ifr_mtu - 20 - 8 - 12 - 28 - 4 - 4;
-			enum ibv_mtu m = IBV_MTU_256;
-			while (m < IBV_MTU_4096 && (128 << (m + 1)) <= room)
-				m++;
-			if (m < link_mtu)
-				link_mtu = m;
+	for (int family = AF_INET; family; family = family == AF_INET ? AF_INET6 : 0) {
+		for (i = ifa; i && n < SV_GID_TBL_LEN; i = i->ifa_next) {
+			if (!i->ifa_addr || i->ifa_addr->sa_family != family)
+				continue;
+			memset(&g[n].gid, 0, sizeof(g[n].gid));
+			if (family == AF_INET) {
+				const struct sockaddr_in *sin = (const struct sockaddr_in *)i->ifa_addr;
+				g[n].gid.raw[10] = 0xff;
+				g[n].gid.raw[11] = 0xff;
+				memcpy(&g[n].gid.raw[12], &sin->sin_addr, 4);
+			} else {
+				const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)i->ifa_addr;
+				memcpy(g[n].gid.raw, &s6->sin6_addr, 16);
+			}
+			g[n].type = IBV_GID_TYPE_ROCE_V2;
+			g[n].ifindex = if_nametoindex(i->ifa_name);
+			n++;
+			clamp_mtu(i->ifa_name, family == AF_INET ? 20 : 40);
 		}
-		if (fd >= 0)
-			close(fd);
 	}
 	freeifaddrs(ifa);
 }

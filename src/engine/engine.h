@@ -148,13 +148,22 @@ bool sv_wr_opcode_ok(struct sv_qp *qp, enum ibv_wr_opcode op);
 #include <netinet/in.h>
 
 /* The IP addresses and fields a packet travels with.  IPv4 addresses are
- * IPv4-mapped IPv6 ones, as in a RoCEv2 GID. */
+ * IPv4-mapped IPv6 ones, as in a RoCEv2 GID; v4 is false for IPv6. */
 struct sv_route {
 	struct in6_addr src, dst;
 	uint16_t sport;		/* received packets: the sender's UDP source port */
-	uint8_t tclass, ttl;
+	uint8_t tclass, ttl;	/* IPv4 TOS and TTL, or IPv6 traffic class and hop limit */
 	bool v4;
+	/* IPv6 only.  flow: the flow label received (a sent packet's is the
+	 * kernel's choice).  ifindex: the interface a link-local destination
+	 * is on (it leaves by that one, as rxe's by its netdev), or the one
+	 * a packet came in by; 0 when none is needed. */
+	uint32_t flow;
+	uint32_t ifindex;
 };
+/* An address as text, for messages: dotted IPv4 for an IPv4-mapped
+ * one, else IPv6, with %IFINDEX for a link-local one. */
+const char *sv_route_addr(const struct in6_addr *a, uint32_t ifindex, char *buf, size_t len);
 
 /* One packet as a link hands it up: BTH through pad, the ICRC checked and
  * removed; route.src is the sender. */

@@ -110,7 +110,7 @@ SV_EXPORT int softverbs_gsi_send(struct ibv_context *ibctx, const uint8_t sgid[1
 		return -1;
 	}
 	if (!sv_gid_v4(sgid) || !sv_gid_v4(dgid)) {
-		errno = EAFNOSUPPORT;	/* IPv4 only, as the rest of the link */
+		errno = EAFNOSUPPORT;	/* rdma_cm across hosts is IPv4 only */
 		return -1;
 	}
 	pc = pkt_ctx_get(sv_ctx(ibctx), why, sizeof(why));
@@ -138,7 +138,7 @@ static void answer(struct pkt_ctx *pc, const struct sv_link_pkt *p, const uint8_
 	if (!sv_cm_no_taker(in, out))
 		return;
 	struct sv_route r = { .src = p->route.dst, .dst = p->route.src, .tclass = p->route.tclass,
-			      .ttl = 64, .v4 = true };
+			      .ttl = 64, .v4 = p->route.v4, .ifindex = p->route.ifindex };
 	send_mad(pc, &r, out);
 }
 

@@ -106,30 +106,63 @@ static void route_v4(struct in6_addr *a, uint32_t be_addr)
 	memcpy(&a->s6_addr[12], &be_addr, 4);
 }
 
-/* The source address the kernel would pick for dst. */
+const char *sv_route_addr(const struct in6_addr *a, uint32_t ifindex, char *buf, size_t len)
+{
+	const uint8_t *d = a->s6_addr;
+
+	if (sv_gid_v4(d)) {
+		snprintf(buf, len, "%u.%u.%u.%u", d[12], d[13], d[14], d[15]);
+		return buf;
+	}
+	char t[INET6_ADDRSTRLEN];
+	inet_ntop(AF_INET6, a, t, sizeof(t));
+	if (IN6_IS_ADDR_LINKLOCAL(a) && ifindex)
+		snprintf(buf, len, "%s%%%u", t, ifindex);
+	else
+		snprintf(buf, len, "%s", t);
+	return buf;
+}
+
+/* The source address the kernel would pick for r's destination. */
 static bool probe_src(struct sv_route *r)
 {
-	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in6 s6 = { .sin6_family = AF_INET6, .sin6_port = htons(SV_ROCE_PORT),
+				   .sin6_addr = r->dst, .sin6_scope_id = r->ifindex };
 	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons(SV_ROCE_PORT) };
-	socklen_t sl = sizeof(sin);
+	struct sockaddr *sa = r->v4 ? (struct sockaddr *)&sin : (struct sockaddr *)&s6;
+	socklen_t sl = r->v4 ? sizeof(sin) : sizeof(s6);
+	int fd = socket(sa->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	bool ok = false;
 
 	if (fd < 0)
 		return false;
 	memcpy(&sin.sin_addr, &r->dst.s6_addr[12], 4);
-	if (!connect(fd, (struct sockaddr *)&sin, sizeof(sin)) &&
-	    !getsockname(fd, (struct sockaddr *)&sin, &sl)) {
-		route_v4(&r->src, sin.sin_addr.s_addr);
+	if (!connect(fd, sa, sl) && !getsockname(fd, sa, &sl)) {
+		if (r->v4)
+			route_v4(&r->src, sin.sin_addr.s_addr);
+		else
+			r->src = s6.sin6_addr;
 		ok = true;
 	}
 	close(fd);
 	return ok;
 }
 
+/* Whether a GID names this host: one of its table (every address of its
+ * interfaces), or loopback, 127.0.0.0/8 or ::1, which are always its own. */
+static bool gid_here(const struct sv_device *dev, const union ibv_gid *gid)
+{
+	const uint8_t *d = gid->raw;
+
+	return sv_gid_find(dev, gid) >= 0 || (sv_gid_v4(d) && d[12] == 127) ||
+	       IN6_IS_ADDR_LOOPBACK((const struct in6_addr *)d);
+}
+
 bool sv_route_remote(const struct sv_device *dev, const struct ibv_ah_attr *av,
 		     struct sv_route *r, const char **why)
 {
-	static __thread char buf[160];
+	static __thread char buf[200];
+	char a[INET6_ADDRSTRLEN + 12];
 	bool forced = sv_config()->transport == SV_TRANSPORT_UDP;
 
 	*why = NULL;
@@ -155,34 +188,49 @@ bool sv_route_remote(const struct sv_device *dev, const struct ibv_ah_attr *av,
 	if (!av->is_global)
 		return false;	/* RoCE needs a GRH; ah.c has said so */
 	const uint8_t *d = av->grh.dgid.raw;
-	bool here = sv_gid_find(dev, &av->grh.dgid) >= 0 || (sv_gid_v4(d) && d[12] == 127);
+	bool here = gid_here(dev, &av->grh.dgid);
 	if (here && !forced)
 		return false;
-	if (here && !sv_gid_v4(d)) {
-		/* Forced packets to a GID of this host that is no IPv4
-		 * address (the link-local GID 0) travel over loopback. */
+	r->tclass = av->grh.traffic_class;
+	if (here && sv_gid_find(dev, &av->grh.dgid) == 0) {
+		/* Forced packets to the GUID's link-local GID, which is no
+		 * address of an interface, travel over IPv4 loopback. */
 		route_v4(&r->dst, htonl(INADDR_LOOPBACK));
 		r->src = r->dst;
 		r->v4 = true;
-		r->tclass = av->grh.traffic_class;
 		return true;
 	}
-	if (!sv_gid_v4(d)) {
-		snprintf(buf, sizeof(buf), "dgid is not an IPv4-mapped RoCEv2 GID; softverbs "
-			 "reaches other hosts over IPv4 only");
-		*why = buf;
-		return false;
-	}
+	/* Another host, or this one's own address with packets forced: the
+	 * dgid is the IP destination, IPv4 for an IPv4-mapped GID and IPv6
+	 * for any other (RoCEv2, A17.4.5). */
 	memcpy(&r->dst, d, 16);
-	r->v4 = true;
-	r->tclass = av->grh.traffic_class;
+	r->v4 = sv_gid_v4(d);
 	r->ttl = av->grh.hop_limit ? av->grh.hop_limit : 64;
 	union ibv_gid sgid;
-	if (sv_gid_entry(dev, av->grh.sgid_index, &sgid, NULL) && sv_gid_v4(sgid.raw))
+	bool sgid_ok = sv_gid_entry(dev, av->grh.sgid_index, &sgid, NULL) && av->grh.sgid_index &&
+		       sv_gid_v4(sgid.raw) == r->v4;
+	if (IN6_IS_ADDR_LINKLOCAL(&r->dst)) {
+		/* A link-local address means something on one link only: the
+		 * packet leaves by the source GID's interface. */
+		r->ifindex = sgid_ok ? sv_gid_ifindex(dev, av->grh.sgid_index) : 0;
+		if (!r->ifindex || !IN6_IS_ADDR_LINKLOCAL((const struct in6_addr *)sgid.raw)) {
+			snprintf(buf, sizeof(buf), "dgid %s is link-local: grh.sgid_index must name "
+				 "this host's link-local GID of the interface that link is on",
+				 sv_route_addr(&r->dst, 0, a, sizeof(a)));
+			*why = buf;
+			return false;
+		}
+	}
+	/* The source is the source GID's address, as a NIC sends from it;
+	 * a GID of the other family (or GID[0], no address) leaves it to the
+	 * kernel's choice. */
+	if (sgid_ok)
 		memcpy(&r->src, sgid.raw, 16);
 	else if (!probe_src(r)) {
-		snprintf(buf, sizeof(buf), "no route from this host to %u.%u.%u.%u", d[12], d[13],
-			 d[14], d[15]);
+		snprintf(buf, sizeof(buf), "no route from this host to %s%s",
+			 sv_route_addr(&r->dst, 0, a, sizeof(a)),
+			 r->v4 ? "" : " (an IPv6 address: is IPv6 enabled on an interface that "
+			 "reaches it?)");
 		*why = buf;
 		return false;
 	}

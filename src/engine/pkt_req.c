@@ -69,11 +69,17 @@ static void wqe_fail(struct pkt_qp *q, struct sv_swqe *w, enum ibv_wc_status st,
 {
 	if (w->pstate == PW_DONE || w->pstate == PW_ERROR)
 		return;
+	/* The peer by its address, IPv4 or IPv6: a UD WQE's own. */
+	bool ud = q->tr == IB_TR_UD;
+	char a[INET6_ADDRSTRLEN + 12];
+
 	w->pstate = PW_ERROR;
 	w->pstatus = (uint8_t)st;
 	sv_explain("error completion", "qpn 0x%x wr_id 0x%llx to qpn 0x%x at %s: %s: %s",
-		   q->qpn, (unsigned long long)w->wr_id, q->dest_qpn,
-		   q->peer.v4 ? "another host" : "a peer", sv_wc_status_name(st), why);
+		   q->qpn, (unsigned long long)w->wr_id, ud ? w->remote_qpn : q->dest_qpn,
+		   sv_route_addr(ud ? (const struct in6_addr *)w->av.grh.dgid.raw : &q->peer.dst,
+				 ud ? 0 : q->peer.ifindex, a, sizeof(a)),
+		   sv_wc_status_name(st), why);
 }
 
 /* ---- building packets ---- */

@@ -86,8 +86,10 @@ static void fail(struct pkt_qp *q, struct sv_target *t, uint8_t nak, uint32_t ps
 	PKT_COUNT(q, drops);
 	if (!rc(q))
 		return;
-	sv_explain("responder", "qpn 0x%x psn 0x%x from qpn 0x%x: %s%s%s", q->qpn, psn, q->dest_qpn,
-		   what, t->why[0] ? ": " : "", t->why);
+	char a[INET6_ADDRSTRLEN + 12];
+	sv_explain("responder", "qpn 0x%x psn 0x%x from qpn 0x%x at %s: %s%s%s", q->qpn, psn,
+		   q->dest_qpn, sv_route_addr(&q->peer.dst, q->peer.ifindex, a, sizeof(a)), what,
+		   t->why[0] ? ": " : "", t->why);
 	send_aeth(q, (uint8_t)(AETH_NAK | nak), psn);
 	sv_resp_fail(t, w, st, ev);
 	q->have_wqe = false;
@@ -182,14 +184,18 @@ static void complete_recv(struct pkt_qp *q, struct sv_target *t, enum ibv_wc_opc
 	sv_cq_push(t->seg, shm_at(t->seg, t->rcq_off), &e);
 }
 
-/* The 40 bytes before a UD message: for IPv4, its IPv4 header in the last
- * 20 (RoCEv2, Annex A17.4.5.1). */
+/* The 40 bytes before a UD message: the IPv6 header it came with, or for
+ * IPv4 its IPv4 header in the last 20 (RoCEv2, Annex A17.4.5.1).  Both
+ * as received: traffic class, flow label and hop limit, or TOS and TTL,
+ * from the socket's ancillary data (udp.c). */
 static void grh_of(const struct sv_link_pkt *p, uint8_t *g)
 {
 	memset(g, 0, 40);
 	if (!p->route.v4) {
 		g[0] = (uint8_t)(0x60 | p->route.tclass >> 4);
-		g[1] = (uint8_t)(p->route.tclass << 4);
+		g[1] = (uint8_t)(p->route.tclass << 4 | (p->route.flow >> 16 & 0xf));
+		g[2] = (uint8_t)(p->route.flow >> 8);
+		g[3] = (uint8_t)p->route.flow;
 		uint16_t pl = (uint16_t)(8 + p->len + 4);
 		g[4] = (uint8_t)(pl >> 8);
 		g[5] = (uint8_t)pl;

@@ -378,11 +378,16 @@ void sv_ipv4_csum(uint8_t *ip)
 }
 
 /* The 40 bytes that precede a UD message in the receive buffer: a GRH
- * (IBA 8.3), or for an IPv4-mapped RoCEv2 GID the IPv4 header in its last
- * 20 bytes, as RoCEv2 HCAs write it. */
+ * (IBA 8.3); in RoCE mode what a RoCEv2 HCA writes there, the packet's IP
+ * header (A17.4.5.1): for an IPv4-mapped GID the IPv4 header in the last
+ * 20 bytes, else the IPv6 header (next header UDP), as the same message
+ * sent to another host would arrive (engine/pkt_resp.c). */
 static void build_grh(struct sv_qp *qp, const struct ibv_ah_attr *av, uint32_t len, uint8_t *g)
 {
 	union ibv_gid sgid = { 0 };
+	/* UDP, BTH, DETH, payload, pad and ICRC: what follows the IP header. */
+	uint32_t udp = 8 + 12 + 8 + len + (-len & 3) + 4;
+	bool roce = sv_config()->link == SV_LINK_ROCE;
 
 	memset(g, 0, 40);
 	if (!av->is_global)
@@ -392,11 +397,12 @@ static void build_grh(struct sv_qp *qp, const struct ibv_ah_attr *av, uint32_t l
 	bool v4 = !memcmp(d, "\0\0\0\0\0\0\0\0\0\0\xff\xff", 12);
 	if (v4) {
 		uint8_t *ip = g + 20;
-		uint16_t tot = (uint16_t)(len + 20 + 8 + 12 + 4);	/* IP + UDP + BTH/DETH + ICRC */
+		uint16_t tot = (uint16_t)(20 + udp);
 		ip[0] = 0x45;
 		ip[1] = av->grh.traffic_class;
 		ip[2] = (uint8_t)(tot >> 8);
 		ip[3] = (uint8_t)tot;
+		ip[6] = 0x40;	/* DF, as sent */
 		ip[8] = av->grh.hop_limit ? av->grh.hop_limit : 64;
 		ip[9] = 17;	/* UDP */
 		memcpy(ip + 12, &sgid.raw[12], 4);
@@ -407,9 +413,15 @@ static void build_grh(struct sv_qp *qp, const struct ibv_ah_attr *av, uint32_t l
 	struct ibv_grh *h = (struct ibv_grh *)g;
 	h->version_tclass_flow = htonl(6u << 28 | (uint32_t)av->grh.traffic_class << 20 |
 				       (av->grh.flow_label & 0xfffff));
-	h->paylen = htons((uint16_t)(len + 12 + 8 + 4));
-	h->next_hdr = 0x1b;
-	h->hop_limit = av->grh.hop_limit;
+	if (roce) {
+		h->paylen = htons((uint16_t)udp);
+		h->next_hdr = 17;	/* UDP */
+		h->hop_limit = av->grh.hop_limit ? av->grh.hop_limit : 64;
+	} else {
+		h->paylen = htons((uint16_t)(len + 12 + 8 + 4));
+		h->next_hdr = 0x1b;
+		h->hop_limit = av->grh.hop_limit;
+	}
 	h->sgid = sgid;
 	memcpy(&h->dgid, d, 16);
 }

@@ -63,20 +63,33 @@ ns_veth() {
 		ip -n "$1" link set "$2" up && ip -n "$4" link set "$5" up
 }
 
-# ns_counters NS IF: "TX_BYTES UDP_OUT": the bytes IF has sent, and the UDP
-# datagrams the namespace has sent (/proc/net/snmp is the reader's
-# namespace's).  NS "" is the current namespace.  `ip netns exec` mounts
-# a sysfs of NS; the current namespace, when it is one of unshare's, sees
-# the sysfs of the host's, so there /proc/net/dev gives the bytes (the
-# same counter: its tenth column).
+# ns_counters NS IF: "TX_BYTES UDP_OUT UDP6_OUT": the bytes IF has sent,
+# and the UDP datagrams the namespace has sent over IPv4 and over IPv6
+# (/proc/net/snmp and snmp6 are the reader's namespace's; without IPv6
+# the last is 0).  NS "" is the current namespace.  `ip netns exec`
+# mounts a sysfs of NS; the current namespace, when it is one of
+# unshare's, sees the sysfs of the host's, so there /proc/net/dev gives
+# the bytes (the same counter: its tenth column).
 ns_counters() {
-	local get='cat "/sys/class/net/$1/statistics/tx_bytes"; cat /proc/net/snmp'
-	[ -n "$1" ] || get='awk -v i="$1" '\''{sub(":", " ")} $1 == i {print $10}'\'' /proc/net/dev; cat /proc/net/snmp'
+	local get='cat "/sys/class/net/$1/statistics/tx_bytes"; cat /proc/net/snmp; cat /proc/net/snmp6 2>/dev/null'
+	[ -n "$1" ] || get='awk -v i="$1" '\''{sub(":", " ")} $1 == i {print $10}'\'' /proc/net/dev; cat /proc/net/snmp; cat /proc/net/snmp6 2>/dev/null'
 	if [ -n "$1" ]; then ip netns exec "$1" sh -c "$get" _ "$2"; else sh -c "$get" _ "$2"; fi 2>/dev/null |
 		awk 'NR == 1 {tx = $1}
 		     $1 == "Udp:" && !h {for (i = 2; i <= NF; i++) if ($i == "OutDatagrams") c = i; h = 1; next}
 		     $1 == "Udp:" && h {out = $c}
-		     END {print (tx == "" ? -1 : tx), (out == "" ? -1 : out)}'
+		     $1 == "Udp6OutDatagrams" {out6 = $2}
+		     END {print (tx == "" ? -1 : tx), (out == "" ? -1 : out), (out6 == "" ? 0 : out6)}'
+}
+
+# ns_ipv6 NS IF ADDR/LEN: IPv6 on IF (ns_add turned it off), with ADDR
+# and no other address: no EUI-64 link-local (addr_gen_mode 1), no router
+# solicitations or advertisements, and no duplicate address detection,
+# so that ADDR is usable at once (nodad).
+ns_ipv6() {
+	ip netns exec "$1" sysctl -qw "net.ipv6.conf.$2.addr_gen_mode=1" "net.ipv6.conf.$2.accept_dad=0" \
+		"net.ipv6.conf.$2.accept_ra=0" "net.ipv6.conf.$2.router_solicitations=0" \
+		"net.ipv6.conf.$2.disable_ipv6=0" >/dev/null &&
+		ip -n "$1" addr add "$3" dev "$2" nodad
 }
 
 # ns_wait_listen NS PORT: until a TCP socket of NS listens on PORT (at most
@@ -92,14 +105,17 @@ ns_wait_listen() {
 		exit 1' _ "$hex"
 }
 
-# ns_gid_index NS IPV4 ENV...: the index of the RoCE v2 GID ::ffff:IPV4 in
-# `ibv_devinfo -v` run in NS ("" for here) with ENV; nothing if none.
+# ns_gid_index NS ADDR ENV...: the index of the RoCE v2 GID of ADDR in
+# `ibv_devinfo -v` run in NS ("" for here) with ENV; nothing if none.  An
+# IPv4 ADDR's GID is ::ffff:ADDR; an IPv6 one's is ADDR itself, as
+# inet_ntop writes it (compressed: 2001:2::1).
 ns_gid_index() {
-	local ns=$1 ip=$2 pre=()
+	local ns=$1 ip=$2 pre=() gid
 	shift 2
 	[ -n "$ns" ] && pre=(ip netns exec "$ns")
+	case $ip in *:*) gid=$ip ;; *) gid=::ffff:$ip ;; esac
 	"${pre[@]}" env "$@" ibv_devinfo -v 2>/dev/null |
-		sed -nE "s/^[[:space:]]*GID\[ *([0-9]+)\]:[[:space:]]+::ffff:${ip//./\\.}, RoCE v2.*/\1/p" | head -1
+		sed -nE "s/^[[:space:]]*GID\[ *([0-9]+)\]:[[:space:]]+${gid//./\\.}, RoCE v2.*/\1/p" | head -1
 }
 
 # job_tree PID: PID and every process below it, parents first.

@@ -7,7 +7,11 @@
 # namespaces, so a pair that passes through shared memory instead is a
 # FAIL.  Then the reliable ones again with loss, duplicates, reordering
 # and corruption (SOFTVERBS_FAULT); one run captured (SOFTVERBS_PCAP) and
-# decoded by tshark; and the UDP transport on one host's lo.
+# decoded by tshark.  Then IPv6: the veth ends get 2001:2::1/64 and
+# 2001:2::2/64 (RFC 5180's benchmarking range, no other IPv6 address) and
+# a few of the runs go again over their IPv6 GIDs, checked to have
+# crossed the veth as UDP over IPv6.  Last, the UDP transport on one
+# host's lo.
 #
 # Without root only the lo part runs.  The script runs in a network
 # namespace of its own (as rdmacm.sh), so its lo and its TCP ports are its
@@ -42,6 +46,10 @@ here=$(dirname "$0")
 NSA=svA-$$ NSB=svB-$$
 IFA=sva IFB=svb
 ADDR_A=198.18.0.1 ADDR_B=198.18.0.2
+ADDR6_A=2001:2::1 ADDR6_B=2001:2::2
+# The IPv6 section sets these: GID_A6/GID_B6 for @GID@, the counter the
+# traffic is checked on (udp6: Udp6OutDatagrams), a tag for the names.
+GID_FAMILY="" P_UDP=udp P_TAG=""
 BUDGET=${SV_UDP_BUDGET:-840}
 BW_N=${SV_UDP_BW_ITERS:-100}
 LOSS_N=${SV_UDP_LOSS_ITERS:-5}
@@ -81,7 +89,7 @@ tmo() {
 run_in() {
 	local ns=$1 side=$2 t=$3 a gidvar
 	shift 3
-	gidvar=GID_$side
+	gidvar=GID_$side$GID_FAMILY
 	local args=() envs=("LD_LIBRARY_PATH=$LD_LIBRARY_PATH" SOFTVERBS_LINK_LAYER=roce)
 	[ -n "${LD_PRELOAD:-}" ] && envs+=("LD_PRELOAD=$LD_PRELOAD" "ASAN_OPTIONS=${ASAN_OPTIONS:-}")
 	envs+=("${NS_ENV[@]}")
@@ -120,7 +128,7 @@ P_T=60
 # interface must have sent S2C bytes more, the client's C2S, and the
 # server's and client's namespaces DGS and DGC UDP datagrams.
 pair() {
-	local what=$1 pat=$2 s2c=$3 c2s=$4 dgs=$5 dgc=$6
+	local what=$1$P_TAG pat=$2 s2c=$3 c2s=$4 dgs=$5 dgc=$6
 	shift 6
 	local t port=$((PORT++)) srv cli crc src cs0 cc0 cs1 cc1 t0=$SECONDS
 	if ! t=$(tmo $P_T); then
@@ -164,28 +172,33 @@ pair() {
 }
 
 # traffic WHAT S0 S1 C0 C1 S2C C2S DGS DGC: the check of pair's counters
-# ("TX_BYTES UDP_OUT" before and after, server and client side).  On lo
+# ("TX_BYTES UDP_OUT UDP6_OUT" before and after, server and client side;
+# the datagrams counted are P_UDP's: udp for IPv4, udp6 for IPv6).  On lo
 # the one interface carries both ways and one namespace sends both sides'
 # datagrams: the sums are checked.
 traffic() {
 	local what=$1 s2c=$6 c2s=$7 dgs=$8 dgc=$9
-	local sb0 su0 sb1 su1 cb0 cu0 cb1 cu1
-	read -r sb0 su0 <<<"$2"
-	read -r sb1 su1 <<<"$3"
-	read -r cb0 cu0 <<<"$4"
-	read -r cb1 cu1 <<<"$5"
+	local sb0 su0 s60 sb1 su1 s61 cb0 cu0 c60 cb1 cu1 c61
+	read -r sb0 su0 s60 <<<"$2"
+	read -r sb1 su1 s61 <<<"$3"
+	read -r cb0 cu0 c60 <<<"$4"
+	read -r cb1 cu1 c61 <<<"$5"
 	local ds=$((sb1 - sb0)) dc=$((cb1 - cb0)) us=$((su1 - su0)) uc=$((cu1 - cu0)) msg okay=1
+	local UDP=UDP
+	if [ "$P_UDP" = udp6 ]; then
+		us=$((s61 - s60)) uc=$((c61 - c60)) UDP="UDP/IPv6"
+	fi
 	if [ "$sb0" -lt 0 ] || [ "$sb1" -lt 0 ] || [ "$cb0" -lt 0 ] || [ "$cb1" -lt 0 ]; then
 		bad "$what: the interface counters could not be read"
 		return 1
 	fi
 	if [ $P_LO = 1 ]; then
-		msg="lo sent $ds bytes (needs >= $((s2c + c2s))), $us UDP datagrams (needs >= $((dgs + dgc)))"
+		msg="lo sent $ds bytes (needs >= $((s2c + c2s))), $us $UDP datagrams (needs >= $((dgs + dgc)))"
 		[ $ds -ge $((s2c + c2s)) ] && [ $us -ge $((dgs + dgc)) ] || okay=0
 		[ "$SV_UDP_PRIVATE" = 1 ] || msg="$msg; relaxed: this lo is the host's, others' traffic counts too"
 	else
-		msg="$NSA sent $ds bytes (needs >= $s2c) in $us UDP datagrams (needs >= $dgs)"
-		msg="$msg, $NSB sent $dc bytes (needs >= $c2s) in $uc UDP datagrams (needs >= $dgc)"
+		msg="$NSA sent $ds bytes (needs >= $s2c) in $us $UDP datagrams (needs >= $dgs)"
+		msg="$msg, $NSB sent $dc bytes (needs >= $c2s) in $uc $UDP datagrams (needs >= $dgc)"
 		[ $ds -ge "$s2c" ] && [ $dc -ge "$c2s" ] && [ $us -ge "$dgs" ] && [ $uc -ge "$dgc" ] || okay=0
 	fi
 	if [ "$NOCHECK" = 1 ]; then
@@ -193,7 +206,7 @@ traffic() {
 	elif [ $okay = 1 ]; then
 		ok "$what: its traffic crossed $P_WIRE ($msg)"
 	else
-		bad "$what passed, but its traffic did not cross $P_WIRE as RoCEv2 over UDP: $msg; it went another way (shared memory?)"
+		bad "$what passed, but its traffic did not cross $P_WIRE as RoCEv2 over $UDP: $msg; it went another way (shared memory?)"
 		return 1
 	fi
 }
@@ -374,11 +387,13 @@ loss_pass() {
 	EXTRA_ENV=()
 }
 
-# capture_check SIDE: SIDE's capture: tshark finds no error, every frame
-# RoCEv2 (UDP to 4791, decoded as InfiniBand) between the two hosts; then
+# capture_check SIDE [ipv6]: SIDE's capture: tshark finds no error, every
+# frame RoCEv2 (UDP to 4791, decoded as InfiniBand) between the two hosts'
+# IPv4 addresses (ipv6: over IPv6, between their IPv6 addresses); then
 # icrc_check.py.
 capture_check() {
-	local side=$1 f files
+	local side=$1 f files ipf=ip a=$ADDR_A b=$ADDR_B
+	[ "${2:-}" = ipv6 ] && ipf=ipv6 a=$ADDR6_A b=$ADDR6_B
 	files=$(ls "$TMP"/cap-"$side"-*.pcap 2>/dev/null)
 	if [ -z "$files" ]; then
 		if [ "$NOCHECK" = 1 ]; then
@@ -420,18 +435,18 @@ capture_check() {
 				fi
 			fi
 			timeout -k 5 "$t" tshark -r "$f" -T fields -E separator=' ' -e frame.protocols -e udp.dstport \
-				-e ip.src -e ip.dst >"$TMP/frames.txt" 2>"$TMP/tshark.err"
+				-e $ipf.src -e $ipf.dst >"$TMP/frames.txt" 2>"$TMP/tshark.err"
 			total=$(wc -l <"$TMP/frames.txt")
-			ib=$(grep -c ':udp:infiniband' "$TMP/frames.txt")
+			ib=$(grep -c ":$ipf:udp:infiniband" "$TMP/frames.txt")
 			port=$(awk '$2 == 4791' "$TMP/frames.txt" | wc -l)
-			addr=$(awk -v a=$ADDR_A -v b=$ADDR_B '($3 == a && $4 == b) || ($3 == b && $4 == a)' \
+			addr=$(awk -v a="$a" -v b="$b" '($3 == a && $4 == b) || ($3 == b && $4 == a)' \
 				"$TMP/frames.txt" | wc -l)
 			if [ "$total" -gt 0 ] && [ "$ib" -eq "$total" ] && [ "$port" -eq "$total" ] && [ "$addr" -eq "$total" ] &&
 			   ! grep -q malformed "$TMP/frames.txt"; then
-				ok "$name: all $total frames RoCEv2 (UDP to 4791, InfiniBand) between $ADDR_A and $ADDR_B"
+				ok "$name: all $total frames RoCEv2 ($ipf, UDP to 4791, InfiniBand) between $a and $b"
 			else
-				bad "$name: $total frames, $ib InfiniBand, $port to UDP 4791, $addr between the hosts"
-				grep -v ':udp:infiniband' "$TMP/frames.txt" | sort | uniq -c | head -5 | sed 's/^/    /'
+				bad "$name: $total frames, $ib $ipf/UDP/InfiniBand, $port to UDP 4791, $addr between $a and $b"
+				grep -v ":$ipf:udp:infiniband" "$TMP/frames.txt" | sort | uniq -c | head -5 | sed 's/^/    /'
 			fi
 		fi
 		if [ ! -f "$SV_SOURCE/tests/integration/icrc_check.py" ]; then
@@ -446,11 +461,12 @@ capture_check() {
 	done
 }
 
-# status_check: `softverbs status` in A while ib_write_bw runs from B shows
-# A's UDP endpoint on 4791 with packets in, and its QP with B's address as
-# its peer and packets both ways.
+# status_check [PEER]: `softverbs status` in A while ib_write_bw runs from
+# B shows A's UDP endpoint on 4791 with packets in, and its QP with B's
+# address (PEER: B's IPv4 address unless given) as its peer and packets
+# both ways.
 status_check() {
-	local t port=$((PORT++)) srv cli
+	local t port=$((PORT++)) srv cli peer=${1:-$ADDR_B}
 	t=$(tmo 30) || { bad "softverbs status: not run: the time budget is spent"; return 1; }
 	run_in "$NSA" A "$t" ib_write_bw -x @GID@ -F -D 3 -p $port >"$TMP/srv.log" 2>&1 &
 	srv=$!
@@ -463,29 +479,31 @@ status_check() {
 	wait $srv
 	sed 's/^/    /' "$TMP/status.txt" | grep -A3 -E '^    (UDP endpoints|QPs reached)'
 	if awk '/^UDP endpoints/ {u = 1; next} u && $3 == 4791 && $4 > 0 {f = 1} /^$/ {u = 0} END {exit !f}' "$TMP/status.txt"; then
-		ok "softverbs status: A's UDP endpoint on port 4791, with packets in"
+		ok "softverbs status$P_TAG: A's UDP endpoint on port 4791, with packets in"
 	else
-		bad "softverbs status: no UDP endpoint on 4791 with packets in:"; sed 's/^/    /' "$TMP/status.txt"
+		bad "softverbs status$P_TAG: no UDP endpoint on 4791 with packets in:"; sed 's/^/    /' "$TMP/status.txt"
 	fi
-	if awk -v p="$ADDR_B/0x" 'index($2, p) == 1 && $4 > 0 && $5 > 0 {f = 1} END {exit !f}' "$TMP/status.txt"; then
-		ok "softverbs status: A's QP, its peer $ADDR_B and its QPN, packets out and in"
+	if awk -v p="$peer/0x" 'index($2, p) == 1 && $4 > 0 && $5 > 0 {f = 1} END {exit !f}' "$TMP/status.txt"; then
+		ok "softverbs status: A's QP, its peer $peer and its QPN, packets out and in"
 	else
-		bad "softverbs status: no QP with peer $ADDR_B and packets both ways"
+		bad "softverbs status: no QP with peer $peer and packets both ways"
 	fi
 }
 
-# gid_of NS IP SIDE: finds SIDE's GID index (GID_SIDE) in NS's table.
+# gid_of NS IP SIDE: finds SIDE's GID index (GID_SIDE) in NS's table; IP
+# an IPv4 address (GID ::ffff:IP) or an IPv6 one (GID IP).
 gid_of() {
-	local ns=$1 ip=$2 side=$3 idx where=${1:-this namespace}
+	local ns=$1 ip=$2 side=$3 idx where=${1:-this namespace} gid=::ffff:$2
+	case $ip in *:*) gid=$ip ;; esac
 	idx=$(ns_gid_index "$ns" "$ip" "LD_LIBRARY_PATH=$LD_LIBRARY_PATH" SOFTVERBS_LINK_LAYER=roce "${NS_ENV[@]}")
 	if [ -z "$idx" ]; then
-		bad "$where: no RoCE v2 GID ::ffff:$ip in ibv_devinfo -v"
+		bad "$where: no RoCE v2 GID $gid in ibv_devinfo -v"
 		${ns:+ip netns exec "$ns"} env "LD_LIBRARY_PATH=$LD_LIBRARY_PATH" SOFTVERBS_LINK_LAYER=roce \
 			ibv_devinfo -v 2>&1 | grep -E 'GID|active_mtu|state' | sed 's/^/    /'
 		return 1
 	fi
 	printf -v "GID_$side" %s "$idx"
-	ok "$where: ::ffff:$ip is GID[$idx] (RoCE v2)"
+	ok "$where: $gid is GID[$idx] (RoCE v2)"
 	${ns:+ip netns exec "$ns"} env "LD_LIBRARY_PATH=$LD_LIBRARY_PATH" SOFTVERBS_LINK_LAYER=roce \
 		ibv_devinfo -v 2>/dev/null | grep -E 'GID\[|active_mtu' | tr -s '\t ' ' ' | sed "s/^/    $where:/"
 }
@@ -556,6 +574,39 @@ if [ "$SV_UDP_ROOT" = 1 ] && [ $HAVE_NS = 1 ]; then
 	capture_check A
 	capture_check B
 	rm -f "$TMP"/cap-*.pcap
+
+	# IPv6: the same veth, now also with IPv6 addresses; each host's GID
+	# table lists its address after the IPv4 ones.  Every run uses the
+	# two IPv6 GIDs (the pingpongs' and perftest's TCP side channel stays
+	# on IPv4) and is checked on Udp6OutDatagrams: a run that went over
+	# IPv4, or shared memory, fails.
+	section "IPv6 between the hosts"
+	if ns_ipv6 "$NSA" $IFA $ADDR6_A/64 && ns_ipv6 "$NSB" $IFB $ADDR6_B/64; then
+		ok "IPv6 on the veth: $NSA $ADDR6_A, $NSB $ADDR6_B"
+		echo "    $NSA: $(ip -n "$NSA" -6 -o addr show | awk '{print $2, $4}' | tr '\n' ';')"
+		if gid_of "$NSA" $ADDR6_A A6 && gid_of "$NSB" $ADDR6_B B6; then
+			GID_FAMILY=6 P_UDP=udp6 P_TAG=" [IPv6]"
+			pingpong rc "" -c
+			pingpong ud "" -c
+			bw ib_write_bw "$LOSS_N"
+			lat ib_read_lat
+			loss_pass rc
+			status_check $ADDR6_B
+			rm -f "$TMP"/cap-*.pcap
+			# Small, to keep tshark's time short: WRITE FIRST,
+			# MIDDLE, LAST and ACKs, 64 KiB a message.
+			EXTRA_ENV=("SOFTVERBS_PCAP=$TMP/cap-@SIDE@-%p.pcap")
+			pair "ib_write_bw -s 65536 -n 50 (captured)" '^ 65536 +50 +[0-9.]+' 0 $((65536 * 50)) 1 1 \
+				ib_write_bw -x @GID@ -F -s 65536 -n 50
+			EXTRA_ENV=()
+			capture_check A ipv6
+			capture_check B ipv6
+			rm -f "$TMP"/cap-*.pcap
+			GID_FAMILY="" P_UDP=udp P_TAG=""
+		fi
+	else
+		bad "could not give the veth ends IPv6 addresses"
+	fi
 elif [ "$SV_UDP_ROOT" != 1 ]; then
 	echo "skipped: the two hosts: network namespaces and veths need root"
 fi

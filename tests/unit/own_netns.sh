@@ -15,5 +15,8 @@ if [ -z "${SV_OWN_NETNS:-}" ]; then
 	echo "own_netns.sh: no private network namespace here; running in this one" >&2
 	exec "$@"
 fi
+# Here only after unshare: the namespace is the test's, which a test that
+# sets up interfaces checks (SV_NETNS_PRIVATE).
+export SV_NETNS_PRIVATE=1
 ip link set lo up
 exec "$@"

@@ -299,14 +299,66 @@ void sv_fault_counts(struct sv_fault_counts *out)
 
 /* ---- sending ---- */
 
+static struct cmsghdr *add_cmsg(struct msghdr *m, struct cmsghdr *prev, int level, int type,
+				const void *data, size_t len)
+{
+	struct cmsghdr *c = prev ? CMSG_NXTHDR(m, prev) : CMSG_FIRSTHDR(m);
+
+	if (!c)
+		return prev;
+	c->cmsg_level = level;
+	c->cmsg_type = type;
+	c->cmsg_len = CMSG_LEN(len);
+	memcpy(CMSG_DATA(c), data, len);
+	return c;
+}
+
+size_t sv_flow_cmsg(const struct sv_flow *f, int family, void *buf, size_t len)
+{
+	/* CMSG_NXTHDR checks room against msg_controllen, so the whole
+	 * buffer is offered and then cut to what was used. */
+	struct msghdr m = { .msg_control = buf, .msg_controllen = len };
+	struct cmsghdr *c = NULL;
+	int tos = f->tclass, ttl = f->ttl;
+	static const struct in6_addr any;
+
+	memset(buf, 0, len);
+	if (family == AF_INET6 && memcmp(&f->src, &any, sizeof(any))) {
+		/* IPv6 addresses are checked against the host's (EINVAL for
+		 * one it does not have); an IPv4-mapped one sets the IPv4
+		 * source (ip_cmsg_send). */
+		struct in6_pktinfo pi = { .ipi6_addr = f->src, .ipi6_ifindex = f->ifindex };
+		c = add_cmsg(&m, c, IPPROTO_IPV6, IPV6_PKTINFO, &pi, sizeof(pi));
+	}
+	if (family != AF_INET6 || f->v4) {
+		c = add_cmsg(&m, c, IPPROTO_IP, IP_TOS, &tos, sizeof(tos));
+		if (ttl)
+			c = add_cmsg(&m, c, IPPROTO_IP, IP_TTL, &ttl, sizeof(ttl));
+	} else {
+		c = add_cmsg(&m, c, IPPROTO_IPV6, IPV6_TCLASS, &tos, sizeof(tos));
+		if (ttl)
+			c = add_cmsg(&m, c, IPPROTO_IPV6, IPV6_HOPLIMIT, &ttl, sizeof(ttl));
+	}
+	return c ? (size_t)((char *)c - (char *)buf) + CMSG_SPACE(c->cmsg_len - CMSG_LEN(0)) : 0;
+}
+
 /* One datagram, captured if it left; 0 or an errno. */
 static int xmit(int fd, const struct sockaddr *to, socklen_t tolen, const struct sv_flow *f,
 		const struct iovec *pkt, int n, size_t len)
 {
+	union {
+		struct cmsghdr align;
+		char buf[SV_FLOW_CMSG_SPACE];
+	} ctl;
 	struct msghdr m = {
 		.msg_name = (void *)to, .msg_namelen = tolen,
 		.msg_iov = (struct iovec *)pkt, .msg_iovlen = (size_t)n,
+		.msg_control = ctl.buf,
 	};
+
+	m.msg_controllen = sv_flow_cmsg(f, to->sa_family, ctl.buf, sizeof(ctl.buf));
+	if (!m.msg_controllen)
+		m.msg_control = NULL;
 
 	while (sendmsg(fd, &m, 0) < 0)
 		if (errno != EINTR)

@@ -7,8 +7,10 @@
  * A UDP socket never shows us the Ethernet, IP or UDP headers, so each
  * frame gets made-up ones: locally administered MACs 02:00 followed by
  * the last 4 bytes of the IP address (the IPv4 address itself), a valid
- * IP header (checksum computed; IPv4 with identification 0 and DF, as the
- * kernel sends ours), and a UDP header with its checksum computed.  The
+ * IP header (IPv4 with identification 0, DF and its checksum, as the
+ * kernel sends ours; IPv6 with the flow label received, or 0 for a packet
+ * sent, whose label the kernel picks after us), and a UDP header with its
+ * checksum computed.  The
  * checksum costs a pass over the payload, but capture is a debugging aid,
  * and a frame that looks exactly like the wire one is worth it.
  *
@@ -200,8 +202,9 @@ static size_t frame_headers(const struct sv_flow *f, const struct iovec *pkt, in
 	} else {
 		put16(h + 12, 0x86dd);
 		ip[0] = (uint8_t)(0x60 | f->tclass >> 4);
-		ip[1] = (uint8_t)(f->tclass << 4);
-		ip[2] = ip[3] = 0;			/* flow label */
+		ip[1] = (uint8_t)(f->tclass << 4 | (f->flow >> 16 & 0xf));
+		ip[2] = (uint8_t)(f->flow >> 8);	/* flow label: as received, */
+		ip[3] = (uint8_t)f->flow;		/* 0 when sent (the kernel's) */
 		put16(ip + 4, (uint16_t)udp_len);
 		ip[6] = 17;
 		ip[7] = ttl;

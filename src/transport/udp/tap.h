@@ -24,7 +24,22 @@ struct sv_flow {
 	uint16_t sport, dport;
 	uint8_t tclass, ttl;	/* recorded in captures; masked in the ICRC */
 	bool v4;
+	uint32_t flow;		/* IPv6 flow label: recorded; masked in the ICRC */
+	uint32_t ifindex;	/* sending: the interface of a link-local destination */
 };
+
+/* ---- fault.c: the ancillary data a packet leaves with ---- */
+/* Room for sv_flow_cmsg's control messages, and a UDP_SEGMENT besides. */
+#define SV_FLOW_CMSG_SPACE	128
+/* The IP-level control messages that make a datagram on flow f leave as
+ * a RoCE NIC would send it, into buf (len bytes, aligned for cmsghdr):
+ * on a dual-stack AF_INET6 socket (family AF_INET6) its source address,
+ * as IPV6_PKTINFO (IPv4-mapped for IPv4: the source GID's address, so
+ * that the ICRC covers what the kernel sends), and for both families the
+ * traffic class and the TTL or hop limit (IP_TOS and IP_TTL, IPV6_TCLASS
+ * and IPV6_HOPLIMIT; a ttl of 0 leaves the kernel's default).  An AF_INET
+ * socket gets TOS and TTL only.  Returns the bytes used. */
+size_t sv_flow_cmsg(const struct sv_flow *f, int family, void *buf, size_t len);
 
 /* ---- icrc.c ---- */
 /* The ICRC of the packet pkt[0..n) of len bytes (BTH through pad, the

@@ -4,7 +4,12 @@
  * hosts.  It implements sv_link_ops for the packet engine.
  *
  * Every context of a host listens on UDP port 4791 (SO_REUSEPORT: one
- * group of sockets, one per context, of one user).  The kernel spreads a
+ * group of sockets, one per context, of one user), IPv4 and IPv6 alike:
+ * each socket is AF_INET6 with IPV6_V6ONLY off, so one socket, one group
+ * and one forwarding path serve both families (an IPv4 packet shows up
+ * with IPv4-mapped addresses, which is what a RoCEv2 GID of an IPv4
+ * address is).  A kernel without IPv6 (ipv6.disable=1) gets AF_INET
+ * sockets, and IPv6 destinations are then refused.  The kernel spreads a
  * group's packets by flow, not by destination QP, so a packet may reach a
  * context that does not own its QP: that context forwards it, unchanged
  * and with its addresses, to the owner's datagram socket, an abstract
@@ -42,6 +47,12 @@
 #include "../../engine/ibhdr.h"
 #include "tap.h"
 
+/* linux/in6.h, which clashes with netinet/in.h: the IPv6 header's first
+ * word (traffic class and flow label) as ancillary data. */
+#ifndef IPV6_FLOWINFO
+#define IPV6_FLOWINFO	11
+#endif
+
 #define RX_BATCH	16
 /* With UDP_GRO one datagram read may hold up to 64 KiB of segments. */
 #define RX_BUF		65536
@@ -51,18 +62,85 @@
  * thread. */
 #define POLLER_NS	200000ull
 
-/* What a forwarded packet carries before it: where it came from. */
+/* What a forwarded packet carries before it: where it came from (the
+ * route, field by field; between processes of one host, host order). */
 struct fwd_hdr {
 	struct in6_addr src, dst;
+	uint32_t flow, ifindex;
 	uint16_t sport;
 	uint8_t tclass, ttl;
 	uint8_t v4;
 	uint8_t pad[3];
 };
+_Static_assert(sizeof(struct fwd_hdr) == 48, "fwd_hdr: no implicit padding");
+
+/* A socket address of either family. */
+union sa {
+	struct sockaddr sa;
+	struct sockaddr_in in;
+	struct sockaddr_in6 in6;
+};
+
+/* The family of every socket of the link: AF_INET6 (dual-stack) where
+ * the kernel has IPv6, else AF_INET. */
+static int link_af = AF_INET6;
+static pthread_once_t af_once = PTHREAD_ONCE_INIT;
+
+static void af_probe(void)
+{
+	int fd = socket(AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0) {
+		link_af = AF_INET;
+		sv_dbg("udp link: no IPv6 in this kernel (%s): IPv4 only", strerror(errno));
+		return;
+	}
+	close(fd);
+}
+
+static int family(void)
+{
+	pthread_once(&af_once, af_probe);
+	return link_af;
+}
+
+/* A socket of the link's family; dual-stack when it is AF_INET6. */
+static int link_socket(int flags)
+{
+	int fd = socket(family(), SOCK_DGRAM | SOCK_CLOEXEC | flags, 0), zero = 0;
+
+	if (fd >= 0 && family() == AF_INET6 &&
+	    setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero))) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* Where a packet on route r goes (port 4791); its length, or 0 when the
+ * link cannot reach it (IPv6 without IPv6 sockets). */
+static socklen_t dest_of(const struct sv_route *r, union sa *to)
+{
+	memset(to, 0, sizeof(*to));
+	if (family() == AF_INET6) {
+		to->in6.sin6_family = AF_INET6;
+		to->in6.sin6_port = htons(SV_ROCE_PORT);
+		to->in6.sin6_addr = r->dst;
+		if (IN6_IS_ADDR_LINKLOCAL(&r->dst))
+			to->in6.sin6_scope_id = r->ifindex;
+		return sizeof(to->in6);
+	}
+	if (!r->v4)
+		return 0;
+	to->in.sin_family = AF_INET;
+	to->in.sin_port = htons(SV_ROCE_PORT);
+	memcpy(&to->in.sin_addr, &r->dst.s6_addr[12], 4);
+	return sizeof(to->in);
+}
 
 struct sv_link_ep {
 	struct sv_context *ctx;
-	int sock;			/* 0.0.0.0:4791, SO_REUSEPORT */
+	int sock;			/* [::]:4791 dual-stack (or 0.0.0.0:4791), SO_REUSEPORT */
 	int fwd;			/* @softverbs-udp:PID:EP, packets other contexts forward */
 	int efd;			/* wakes the thread: a nearer timer, or stop */
 	pthread_t thr;
@@ -79,8 +157,10 @@ struct sv_link_ep {
 	uint8_t (*bufs)[RX_BUF];
 	struct mmsghdr msgs[RX_BATCH];
 	struct iovec iovs[RX_BATCH];
-	struct sockaddr_in from[RX_BATCH];
-	char ctl[RX_BATCH][64];
+	union sa from[RX_BATCH];
+	/* Room for UDP_GRO, IP_PKTINFO, IPV6_PKTINFO, TOS/TTL or traffic
+	 * class, hop limit and flow information. */
+	char ctl[RX_BATCH][256] __attribute__((aligned(8)));
 	/* Statistics. */
 	struct sv_pkt_ep_stats *st;	/* the context's, in its segment */
 	/* IPv4 multicast groups the socket has joined (mc_lock). */
@@ -98,38 +178,67 @@ static void fwd_name(struct sockaddr_un *a, socklen_t *len, int32_t pid, uint32_
 	*len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
 }
 
+static void map_v4(struct in6_addr *a, const struct in_addr *v4)
+{
+	memset(a, 0, sizeof(*a));
+	a->s6_addr[10] = a->s6_addr[11] = 0xff;
+	memcpy(&a->s6_addr[12], v4, 4);
+}
+
 /* The route a datagram came by, and (UDP_GRO) the size of the segments
- * it holds, 0 when it is one packet. */
-static void route_of(struct sv_route *r, const struct sockaddr_in *from, const struct msghdr *m,
-		     int *gso)
+ * it holds, 0 when it is one packet.  An IPv4 packet on the dual-stack
+ * socket has an IPv4-mapped source and its IPv4 ancillary data (IP_TOS,
+ * IP_TTL; IP_PKTINFO and IPV6_PKTINFO both name its destination); an
+ * IPv6 one its IPv6 data (IPV6_PKTINFO, IPV6_TCLASS, IPV6_HOPLIMIT and
+ * IPV6_FLOWINFO, the header's first word). */
+static void route_of(struct sv_route *r, const union sa *from, const struct msghdr *m, int *gso)
 {
 	*gso = 0;
 	memset(r, 0, sizeof(*r));
-	r->v4 = true;
-	r->src.s6_addr[10] = r->src.s6_addr[11] = 0xff;
-	memcpy(&r->src.s6_addr[12], &from->sin_addr, 4);
-	r->sport = ntohs(from->sin_port);
-	r->dst.s6_addr[10] = r->dst.s6_addr[11] = 0xff;
+	if (from->sa.sa_family == AF_INET6) {
+		r->src = from->in6.sin6_addr;
+		r->sport = ntohs(from->in6.sin6_port);
+	} else {
+		map_v4(&r->src, &from->in.sin_addr);
+		r->sport = ntohs(from->in.sin_port);
+	}
+	r->v4 = IN6_IS_ADDR_V4MAPPED(&r->src);
+	if (r->v4)
+		r->dst.s6_addr[10] = r->dst.s6_addr[11] = 0xff;
 	r->ttl = 64;
 	for (struct cmsghdr *c = CMSG_FIRSTHDR(m); c; c = CMSG_NXTHDR((struct msghdr *)m, c)) {
+		int v;
 		if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
 			memcpy(gso, CMSG_DATA(c), sizeof(*gso));
-			continue;
-		}
-		if (c->cmsg_level != IPPROTO_IP)
-			continue;
-		if (c->cmsg_type == IP_PKTINFO) {
+		} else if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO) {
 			struct in_pktinfo pi;
 			memcpy(&pi, CMSG_DATA(c), sizeof(pi));
-			memcpy(&r->dst.s6_addr[12], &pi.ipi_addr, 4);
-		} else if (c->cmsg_type == IP_TOS) {
+			map_v4(&r->dst, &pi.ipi_addr);
+			r->ifindex = (uint32_t)pi.ipi_ifindex;
+		} else if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS) {
 			r->tclass = *(uint8_t *)CMSG_DATA(c);
-		} else if (c->cmsg_type == IP_TTL) {
-			int ttl;
-			memcpy(&ttl, CMSG_DATA(c), sizeof(ttl));
-			r->ttl = (uint8_t)ttl;
+		} else if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TTL) {
+			memcpy(&v, CMSG_DATA(c), sizeof(v));
+			r->ttl = (uint8_t)v;
+		} else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_PKTINFO) {
+			struct in6_pktinfo pi;
+			memcpy(&pi, CMSG_DATA(c), sizeof(pi));
+			r->dst = pi.ipi6_addr;
+			r->ifindex = pi.ipi6_ifindex;
+		} else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_TCLASS) {
+			memcpy(&v, CMSG_DATA(c), sizeof(v));
+			r->tclass = (uint8_t)v;
+		} else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_HOPLIMIT) {
+			memcpy(&v, CMSG_DATA(c), sizeof(v));
+			r->ttl = (uint8_t)v;
+		} else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_FLOWINFO) {
+			uint32_t fi;
+			memcpy(&fi, CMSG_DATA(c), sizeof(fi));
+			r->flow = ntohl(fi) & 0xfffff;
 		}
 	}
+	if (r->v4)
+		r->flow = 0;
 }
 
 static void flow_of(struct sv_flow *f, const struct sv_route *r, bool out)
@@ -137,11 +246,13 @@ static void flow_of(struct sv_flow *f, const struct sv_route *r, bool out)
 	memset(f, 0, sizeof(*f));
 	f->src = r->src;
 	f->dst = r->dst;
-	f->sport = out ? r->sport : r->sport;
+	f->sport = r->sport;
 	f->dport = SV_ROCE_PORT;
 	f->tclass = r->tclass;
 	f->ttl = r->ttl;
 	f->v4 = r->v4;
+	f->flow = out ? 0 : r->flow;	/* sent: the kernel picks it */
+	f->ifindex = r->ifindex;
 }
 
 /* A packet for a QP of another context of this host goes to it. */
@@ -154,7 +265,8 @@ static bool forward(struct sv_link_ep *l, const uint8_t *buf, size_t len, const 
 		atomic_fetch_add_explicit(&l->st->rx_no_owner, 1, memory_order_relaxed);
 		return false;
 	}
-	struct fwd_hdr h = { r->src, r->dst, r->sport, r->tclass, r->ttl, r->v4, { 0 } };
+	struct fwd_hdr h = { r->src, r->dst, r->flow, r->ifindex, r->sport, r->tclass, r->ttl,
+			     r->v4, { 0 } };
 	struct iovec iov[2] = { { &h, sizeof(h) }, { (void *)buf, len } };
 	struct sockaddr_un a;
 	socklen_t al;
@@ -241,7 +353,9 @@ static int receive(struct sv_link_ep *l, bool poller)
 			if (l->msgs[i].msg_len < sizeof(h))
 				continue;
 			memcpy(&h, l->bufs[i], sizeof(h));
-			struct sv_route r = { h.src, h.dst, h.sport, h.tclass, h.ttl, h.v4 != 0 };
+			struct sv_route r = { .src = h.src, .dst = h.dst, .sport = h.sport,
+					      .tclass = h.tclass, .ttl = h.ttl, .v4 = h.v4 != 0,
+					      .flow = h.flow, .ifindex = h.ifindex };
 			atomic_fetch_add_explicit(&l->st->rx_fwd_in, 1, memory_order_relaxed);
 			deliver(l, l->bufs[i] + sizeof(h), l->msgs[i].msg_len - sizeof(h), &r, true);
 		}
@@ -331,13 +445,25 @@ static struct sv_link_ep *link_open(struct sv_context *c, char *why, size_t len)
 	l->st = sv_pkt_ep_stats(c);
 	l->st->port = SV_ROCE_PORT;
 	l->sock = l->fwd = l->efd = -1;
-	l->sock = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons(SV_ROCE_PORT) };
+	l->sock = link_socket(SOCK_NONBLOCK);
+	/* [::]:4791 takes IPv4 packets too (V6ONLY off); the IPv4 options
+	 * give their ancillary data, the IPv6 ones that of IPv6 packets. */
+	union sa any = { .in6 = { .sin6_family = AF_INET6, .sin6_port = htons(SV_ROCE_PORT) } };
+	socklen_t anylen = sizeof(any.in6);
+	if (family() == AF_INET) {
+		any.in = (struct sockaddr_in){ .sin_family = AF_INET, .sin_port = htons(SV_ROCE_PORT) };
+		anylen = sizeof(any.in);
+	}
 	if (l->sock < 0 || setsockopt(l->sock, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) ||
 	    setsockopt(l->sock, IPPROTO_IP, IP_PKTINFO, &one, sizeof(one)) ||
 	    setsockopt(l->sock, IPPROTO_IP, IP_RECVTOS, &one, sizeof(one)) ||
 	    setsockopt(l->sock, IPPROTO_IP, IP_RECVTTL, &one, sizeof(one)) ||
-	    bind(l->sock, (struct sockaddr *)&sin, sizeof(sin))) {
+	    (family() == AF_INET6 &&
+	     (setsockopt(l->sock, IPPROTO_IPV6, IPV6_RECVPKTINFO, &one, sizeof(one)) ||
+	      setsockopt(l->sock, IPPROTO_IPV6, IPV6_RECVTCLASS, &one, sizeof(one)) ||
+	      setsockopt(l->sock, IPPROTO_IPV6, IPV6_RECVHOPLIMIT, &one, sizeof(one)) ||
+	      setsockopt(l->sock, IPPROTO_IPV6, IPV6_FLOWINFO, &one, sizeof(one)))) ||
+	    bind(l->sock, &any.sa, anylen)) {
 		int e = errno;
 		snprintf(why, len, "cannot listen on UDP port %d: %s%s", SV_ROCE_PORT, strerror(e),
 			 e == EADDRINUSE ? " (another user's softverbs, or another RoCEv2 stack such as "
@@ -485,17 +611,24 @@ static int link_mcast(struct sv_link_ep *l, const union ibv_gid *mgid, bool join
 
 static int link_sock(struct sv_link_ep *l, uint16_t *port, char *why, size_t len)
 {
-	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	int df = IP_PMTUDISC_DO, zero = 0;
-	struct sockaddr_in sin = { .sin_family = AF_INET };
-	socklen_t sl = sizeof(sin);
+	int fd = link_socket(0);
+	int df = IP_PMTUDISC_DO, df6 = IPV6_PMTUDISC_DO, zero = 0;
+	union sa a = { .in6 = { .sin6_family = AF_INET6 } };
+	socklen_t sl = sizeof(a.in6);
 
 	(void)l;
+	if (family() == AF_INET) {
+		a.in = (struct sockaddr_in){ .sin_family = AF_INET };
+		sl = sizeof(a.in);
+	}
 	/* DF on an unconnected socket: the kernel gives the IPv4 header
-	 * identification 0, which the ICRC covers (A17.8). */
+	 * identification 0, which the ICRC covers (A17.8).  IPv6 is never
+	 * fragmented on the way; IPV6_PMTUDISC_DO keeps this host from
+	 * fragmenting it either (EMSGSIZE instead, as for IPv4). */
 	if (fd < 0 || setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &df, sizeof(df)) ||
-	    bind(fd, (struct sockaddr *)&sin, sizeof(sin)) ||
-	    getsockname(fd, (struct sockaddr *)&sin, &sl)) {
+	    (family() == AF_INET6 &&
+	     setsockopt(fd, IPPROTO_IPV6, IPV6_MTU_DISCOVER, &df6, sizeof(df6))) ||
+	    bind(fd, &a.sa, sl) || getsockname(fd, &a.sa, &sl)) {
 		snprintf(why, len, "cannot open a UDP socket: %s", strerror(errno));
 		if (fd >= 0)
 			close(fd);
@@ -505,7 +638,7 @@ static int link_sock(struct sv_link_ep *l, uint16_t *port, char *why, size_t len
 	/* A UD QP's multicast packet is for other hosts: this host's members
 	 * have had theirs from the registry (engine/req.c). */
 	setsockopt(fd, IPPROTO_IP, IP_MULTICAST_LOOP, &zero, sizeof(zero));
-	*port = ntohs(sin.sin_port);
+	*port = ntohs(a.sa.sa_family == AF_INET6 ? a.in6.sin6_port : a.in.sin_port);
 	return fd;
 }
 
@@ -523,6 +656,10 @@ static void link_sock_close(struct sv_link_ep *l, int fd)
  * packet.  Headers, pad and ICRC are copied into the batch; payloads are
  * referenced, so the engine flushes before it lets go of their memory.
  * With faults or capture on, every packet goes through sv_wire_send().
+ * Each packet carries its source address, traffic class and TTL or hop
+ * limit as ancillary data (sv_flow_cmsg), as a NIC takes them from the
+ * address vector: the ICRC covers the source, and a UD receiver's GRH
+ * shows the rest.
  */
 #define TX_BATCH	64
 #define TX_HDR		64
@@ -532,11 +669,13 @@ struct tx_batch {
 	struct iovec iov[TX_BATCH][SV_MAX_SGE + 4];
 	uint8_t hdr[TX_BATCH][TX_HDR];
 	uint32_t icrc[TX_BATCH];
-	struct sockaddr_in to[TX_BATCH];
+	union sa to[TX_BATCH];
+	char ctl[TX_BATCH][SV_FLOW_CMSG_SPACE] __attribute__((aligned(8)));
 	/* What flush hands the kernel: single packets and GSO runs. */
 	struct mmsghdr out[TX_BATCH];
 	struct iovec giov[TX_BATCH * (SV_MAX_SGE + 4)];
-	char gctl[TX_BATCH][CMSG_SPACE(sizeof(uint16_t))];
+	char gctl[TX_BATCH][SV_FLOW_CMSG_SPACE + CMSG_SPACE(sizeof(uint16_t))]
+		__attribute__((aligned(8)));
 };
 static __thread struct tx_batch *txb;
 static pthread_key_t txb_key;
@@ -563,13 +702,21 @@ static size_t batch_len(const struct tx_batch *b, int i)
 	return n;
 }
 
-static void send_msgs(int fd, struct mmsghdr *m, int n)
+/* Whether m is a GSO run (its control messages end in UDP_SEGMENT). */
+static bool gso_run(const struct tx_batch *b, const struct mmsghdr *m)
+{
+	const char *c = m->msg_hdr.msg_control;
+
+	return c >= b->gctl[0] && c < b->gctl[TX_BATCH];
+}
+
+static void send_msgs(const struct tx_batch *b, struct mmsghdr *m, int n)
 {
 	for (int i = 0; i < n;) {
-		int k = sendmmsg(fd, m + i, (unsigned)(n - i), 0);
+		int k = sendmmsg(b->fd, m + i, (unsigned)(n - i), 0);
 		if (k < 0 && errno == EINTR)
 			continue;
-		if (k < 0 && (errno == EIO || errno == EINVAL) && m[i].msg_hdr.msg_controllen) {
+		if (k < 0 && (errno == EIO || errno == EINVAL) && gso_run(b, &m[i])) {
 			/* No GSO on this path: the packets of this run go one by
 			 * one, and so does everything from now on. */
 			atomic_store(&gso_off, true);
@@ -589,7 +736,7 @@ static void link_flush(struct sv_link_ep *l)
 	if (!b || !b->n)
 		return;
 	if (atomic_load_explicit(&gso_off, memory_order_relaxed)) {
-		send_msgs(b->fd, b->m, b->n);
+		send_msgs(b, b->m, b->n);
 		b->n = 0;
 		return;
 	}
@@ -597,8 +744,11 @@ static void link_flush(struct sv_link_ep *l)
 	for (int i = 0; i < b->n;) {
 		size_t seg = batch_len(b, i), total = seg;
 		int j = i + 1;
+		const struct msghdr *hi = &b->m[i].msg_hdr;
 		while (j < b->n && j - i < GSO_MAX_SEGS && total + seg <= GSO_MAX_BYTES &&
-		       !memcmp(&b->to[j], &b->to[i], sizeof(b->to[i]))) {
+		       !memcmp(&b->to[j], &b->to[i], sizeof(b->to[i])) &&
+		       b->m[j].msg_hdr.msg_controllen == hi->msg_controllen &&
+		       !memcmp(b->ctl[j], b->ctl[i], hi->msg_controllen)) {
 			size_t lj = batch_len(b, j);
 			if (lj > seg)
 				break;
@@ -620,11 +770,14 @@ static void link_flush(struct sv_link_ep *l)
 			for (size_t x = 0; x < b->m[k].msg_hdr.msg_iovlen; x++)
 				v[nv++] = b->iov[k][x];
 		gi += (int)nv;
+		/* The run's packets' own control messages, then UDP_SEGMENT. */
 		char *ctl = b->gctl[out - 1];
-		m->msg_hdr = (struct msghdr){ .msg_name = &b->to[i], .msg_namelen = sizeof(b->to[i]),
+		memcpy(ctl, b->ctl[i], hi->msg_controllen);
+		m->msg_hdr = (struct msghdr){ .msg_name = hi->msg_name, .msg_namelen = hi->msg_namelen,
 					      .msg_iov = v, .msg_iovlen = nv, .msg_control = ctl,
-					      .msg_controllen = CMSG_SPACE(sizeof(uint16_t)) };
-		struct cmsghdr *c = CMSG_FIRSTHDR(&m->msg_hdr);
+					      .msg_controllen = hi->msg_controllen +
+								CMSG_SPACE(sizeof(uint16_t)) };
+		struct cmsghdr *c = (struct cmsghdr *)(ctl + hi->msg_controllen);
 		c->cmsg_level = SOL_UDP;
 		c->cmsg_type = UDP_SEGMENT;
 		c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
@@ -632,9 +785,9 @@ static void link_flush(struct sv_link_ep *l)
 		memcpy(CMSG_DATA(c), &gs, sizeof(gs));
 		i = j;
 	}
-	send_msgs(b->fd, b->out, out);
+	send_msgs(b, b->out, out);
 	if (atomic_load_explicit(&gso_off, memory_order_relaxed))
-		send_msgs(b->fd, b->m, b->n);	/* the run that found GSO missing, and all */
+		send_msgs(b, b->m, b->n);	/* the run that found GSO missing, and all */
 	b->n = 0;
 }
 
@@ -648,9 +801,12 @@ static int link_send(struct sv_link_ep *l, int fd, const struct sv_route *r, con
 		return EINVAL;
 	flow_of(&f, r, true);
 	icrc = htole32(sv_icrc(&f, pkt, n, len));	/* little-endian on the wire (icrc.c) */
-	struct sockaddr_in to = { .sin_family = AF_INET, .sin_port = htons(SV_ROCE_PORT) };
-	memcpy(&to.sin_addr, &r->dst.s6_addr[12], 4);
-	if (IN_MULTICAST(ntohl(to.sin_addr.s_addr))) {
+	union sa to;
+	socklen_t tolen = dest_of(r, &to);
+	if (!tolen)
+		return EAFNOSUPPORT;	/* IPv6, on a kernel without it */
+	if (r->v4 && IN_MULTICAST(((uint32_t)r->dst.s6_addr[12] << 24) | r->dst.s6_addr[13] << 16 |
+				  r->dst.s6_addr[14] << 8 | r->dst.s6_addr[15])) {
 		/* A group has no route: it leaves by the interface of the
 		 * source GID's address, as a RoCE NIC sends by its port. */
 		struct in_addr src;
@@ -665,7 +821,7 @@ static int link_send(struct sv_link_ep *l, int fd, const struct sv_route *r, con
 		struct iovec iov[SV_MAX_SGE + 4];
 		memcpy(iov, pkt, (size_t)n * sizeof(*pkt));
 		iov[n] = (struct iovec){ &icrc, 4 };
-		return sv_wire_send(fd, (struct sockaddr *)&to, sizeof(to), &f, iov, n + 1, len + 4);
+		return sv_wire_send(fd, &to.sa, tolen, &f, iov, n + 1, len + 4);
 	}
 	pthread_once(&txb_once, txb_init);
 	struct tx_batch *b = txb;
@@ -685,8 +841,10 @@ static int link_send(struct sv_link_ep *l, int fd, const struct sv_route *r, con
 	b->icrc[i] = icrc;
 	b->iov[i][n] = (struct iovec){ &b->icrc[i], 4 };
 	b->to[i] = to;
-	b->m[i].msg_hdr = (struct msghdr){ .msg_name = &b->to[i], .msg_namelen = sizeof(to),
-					   .msg_iov = b->iov[i], .msg_iovlen = (size_t)n + 1 };
+	size_t cl = sv_flow_cmsg(&f, to.sa.sa_family, b->ctl[i], sizeof(b->ctl[i]));
+	b->m[i].msg_hdr = (struct msghdr){ .msg_name = &b->to[i], .msg_namelen = tolen,
+					   .msg_iov = b->iov[i], .msg_iovlen = (size_t)n + 1,
+					   .msg_control = cl ? b->ctl[i] : NULL, .msg_controllen = cl };
 	return 0;
 }
 

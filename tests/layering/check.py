@@ -16,7 +16,8 @@ import sys
 
 RANK = {'core': 0, 'transport': 1, 'engine': 2, 'verbs': 3}
 # What a link may call in the engine (engine/engine.h).
-UPCALLS = {'sv_pkt_rx_lock', 'sv_pkt_rx', 'sv_pkt_rx_unlock', 'sv_pkt_tick', 'sv_pkt_owns',
+UPCALLS = {'sv_pkt_rx_lock', 'sv_pkt_rx', 'sv_pkt_rx_unlock', 'sv_pkt_rx_unlock_poller',
+           'sv_pkt_tick', 'sv_pkt_owns',
            'sv_pkt_ep_stats'}
 HERE = os.path.dirname(os.path.abspath(__file__))
 

@@ -31,6 +31,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/queue.h>
+#include <sys/socket.h>
+#include <sys/types.h>
 #include <rdma/rdma_cma.h>
 
 #include "../gsi.h"
@@ -284,6 +286,27 @@ int cm_qp_err(struct cm_id *c);
 void cm_mcast_leave_all(struct cm_id *c);
 void cm_mcast_joined(struct cm_id *c, struct cm_mcast *m);
 bool cm_addr_multicast(const struct sockaddr *a);
+
+/* rsocket_dgram.c: datagram rsockets; rsocket.c hands each call on one
+ * (ds_is) to these, which set errno and return -1 on failure as the
+ * rsocket calls do */
+struct pollfd;
+bool ds_is(int fd);
+int ds_socket(int domain, int type);
+int ds_bind(int fd, const struct sockaddr *addr, socklen_t len);
+int ds_connect(int fd, const struct sockaddr *addr, socklen_t len);
+ssize_t ds_sendmsg(int fd, const struct msghdr *msg, int flags, const char *call);
+ssize_t ds_recvmsg(int fd, struct msghdr *msg, int flags, const char *call);
+int ds_getsockname(int fd, struct sockaddr *addr, socklen_t *len);
+int ds_getpeername(int fd, struct sockaddr *addr, socklen_t *len);
+int ds_setsockopt(int fd, int level, int name, const void *val, socklen_t len);
+int ds_getsockopt(int fd, int level, int name, void *val, socklen_t *len);
+int ds_fcntl(int fd, int cmd, long arg);
+int ds_shutdown(int fd, int how);
+int ds_close(int fd);
+short ds_poll_revents(int fd, short events);
+int ds_poll_fds(int fd, short events, struct pollfd *p, bool *again);
+void ds_poll_woke(int fd, const struct pollfd *p, int n);
 
 /* softverbs' core, exported by libibverbs.so.1 under SOFTVERBS_PRIVATE_1 */
 int softverbs_cm_setting(const char *key);

@@ -26,8 +26,11 @@
  * again while the rsocket lives.  rpoll() polls the CQ's completion
  * channel and the event channel of each rsocket, and any other fd as it is.
  *
- * Not built: SOCK_DGRAM rsockets (EOPNOTSUPP; librspreload then falls back
- * to a kernel socket), and fork support.
+ * Datagram rsockets (SOCK_DGRAM) are rsocket_dgram.c's: each call below
+ * hands a datagram rsocket's number to it first (ds_is), and rpoll()
+ * polls both kinds and kernel fds together.
+ *
+ * Not built: fork support.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -499,11 +502,13 @@ CM_EXPORT int rsocket(int domain, int type, int protocol)
 	if (domain != AF_INET && domain != AF_INET6)
 		return rs_fail(EAFNOSUPPORT, NULL, "rsocket", "domain %d: rsockets are AF_INET or "
 			       "AF_INET6", domain);
+	if ((type & ~(SOCK_NONBLOCK | SOCK_CLOEXEC)) == SOCK_DGRAM &&
+	    (!protocol || protocol == IPPROTO_UDP))
+		return ds_socket(domain, type);
 	if ((type & ~(SOCK_NONBLOCK | SOCK_CLOEXEC)) != SOCK_STREAM ||
 	    (protocol && protocol != IPPROTO_TCP))
-		return rs_fail(EOPNOTSUPP, NULL, "rsocket", "type %d protocol %d: softverbs' "
-			       "rsockets are streams (SOCK_STREAM); datagram rsockets are not built",
-			       type, protocol);
+		return rs_fail(EOPNOTSUPP, NULL, "rsocket", "type %d protocol %d: rsockets are "
+			       "SOCK_STREAM (TCP) or SOCK_DGRAM (UDP)", type, protocol);
 	ch = rdma_create_event_channel();
 	if (!ch)
 		return -1;
@@ -525,9 +530,12 @@ CM_EXPORT int rsocket(int domain, int type, int protocol)
 
 CM_EXPORT int rbind(int socket, const struct sockaddr *addr, socklen_t addrlen)
 {
-	struct rs *r = lookup(socket, "rbind");
+	struct rs *r;
 	int ret;
 
+	if (ds_is(socket))
+		return ds_bind(socket, addr, addrlen);
+	r = lookup(socket, "rbind");
 	if (!r)
 		return -1;
 	if (!addr || addrlen < sizeof(struct sockaddr_in))
@@ -542,9 +550,12 @@ CM_EXPORT int rbind(int socket, const struct sockaddr *addr, socklen_t addrlen)
 
 CM_EXPORT int rlisten(int socket, int backlog)
 {
-	struct rs *r = lookup(socket, "rlisten");
+	struct rs *r;
 	int ret;
 
+	if (ds_is(socket))
+		return rs_fail(EOPNOTSUPP, NULL, "rlisten", "rsocket %d is a datagram socket", socket);
+	r = lookup(socket, "rlisten");
 	if (!r)
 		return -1;
 	pthread_mutex_lock(&r->mu);
@@ -568,10 +579,13 @@ static void copy_addr(const struct sockaddr *a, struct sockaddr *out, socklen_t 
 
 CM_EXPORT int raccept(int socket, struct sockaddr *addr, socklen_t *addrlen)
 {
-	struct rs *l = lookup(socket, "raccept"), *r;
+	struct rs *l, *r;
 	struct rdma_cm_event *ev;
 	struct rdma_event_channel *ch;
 
+	if (ds_is(socket))
+		return rs_fail(EOPNOTSUPP, NULL, "raccept", "rsocket %d is a datagram socket", socket);
+	l = lookup(socket, "raccept");
 	if (!l)
 		return -1;
 	pthread_mutex_lock(&l->mu);
@@ -644,8 +658,11 @@ CM_EXPORT int raccept(int socket, struct sockaddr *addr, socklen_t *addrlen)
 
 CM_EXPORT int rconnect(int socket, const struct sockaddr *addr, socklen_t addrlen)
 {
-	struct rs *r = lookup(socket, "rconnect");
+	struct rs *r;
 
+	if (ds_is(socket))
+		return ds_connect(socket, addr, addrlen);
+	r = lookup(socket, "rconnect");
 	if (!r)
 		return -1;
 	if (!addr || addrlen < sizeof(struct sockaddr_in))
@@ -873,10 +890,39 @@ static ssize_t rs_recvv(int socket, const struct iovec *iov, int iovcnt, int fla
 	return (ssize_t)got;
 }
 
+/* A datagram rsocket's send, with its destination (NULL: the peer). */
+static ssize_t ds_sendv(int socket, const struct iovec *iov, int iovcnt, int flags,
+			const struct sockaddr *to, socklen_t tolen, const char *call)
+{
+	struct msghdr m = { .msg_name = (void *)to, .msg_namelen = to ? tolen : 0,
+			    .msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt };
+
+	if (iovcnt < 0)
+		return rs_fail(EINVAL, NULL, call, "iovcnt %d", iovcnt);
+	return ds_sendmsg(socket, &m, flags, call);
+}
+
+static ssize_t ds_recvv(int socket, const struct iovec *iov, int iovcnt, int flags,
+			struct sockaddr *from, socklen_t *fromlen, const char *call)
+{
+	struct msghdr m = { .msg_name = from, .msg_namelen = from && fromlen ? *fromlen : 0,
+			    .msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt };
+	ssize_t n;
+
+	if (iovcnt < 0)
+		return rs_fail(EINVAL, NULL, call, "iovcnt %d", iovcnt);
+	n = ds_recvmsg(socket, &m, flags, call);
+	if (n >= 0 && from && fromlen)
+		*fromlen = m.msg_namelen;
+	return n;
+}
+
 CM_EXPORT ssize_t rsend(int socket, const void *buf, size_t len, int flags)
 {
 	struct iovec v = { .iov_base = (void *)buf, .iov_len = len };
 
+	if (ds_is(socket))
+		return ds_sendv(socket, &v, 1, flags, NULL, 0, "rsend");
 	return rs_sendv(socket, &v, 1, flags, "rsend");
 }
 
@@ -885,13 +931,18 @@ CM_EXPORT ssize_t rsendto(int socket, const void *buf, size_t len, int flags,
 {
 	struct iovec v = { .iov_base = (void *)buf, .iov_len = len };
 
-	(void)dest_addr;	/* a connected stream ignores it, as TCP does */
-	(void)addrlen;
+	if (ds_is(socket))
+		return ds_sendv(socket, &v, 1, flags, dest_addr, addrlen, "rsendto");
+	/* A connected stream ignores the address, as TCP does. */
 	return rs_sendv(socket, &v, 1, flags, "rsendto");
 }
 
 CM_EXPORT ssize_t rsendmsg(int socket, const struct msghdr *msg, int flags)
 {
+	if (!msg)
+		return rs_fail(EINVAL, NULL, "rsendmsg", "msg is NULL");
+	if (ds_is(socket))
+		return ds_sendmsg(socket, msg, flags, "rsendmsg");
 	return rs_sendv(socket, msg->msg_iov, (int)msg->msg_iovlen, flags, "rsendmsg");
 }
 
@@ -902,6 +953,8 @@ CM_EXPORT ssize_t rwrite(int socket, const void *buf, size_t count)
 
 CM_EXPORT ssize_t rwritev(int socket, const struct iovec *iov, int iovcnt)
 {
+	if (ds_is(socket))
+		return ds_sendv(socket, iov, iovcnt, 0, NULL, 0, "rwritev");
 	return rs_sendv(socket, iov, iovcnt, 0, "rwritev");
 }
 
@@ -909,6 +962,8 @@ CM_EXPORT ssize_t rrecv(int socket, void *buf, size_t len, int flags)
 {
 	struct iovec v = { .iov_base = buf, .iov_len = len };
 
+	if (ds_is(socket))
+		return ds_recvv(socket, &v, 1, flags, NULL, NULL, "rrecv");
 	return rs_recvv(socket, &v, 1, flags, "rrecv");
 }
 
@@ -916,6 +971,9 @@ CM_EXPORT ssize_t rrecvfrom(int socket, void *buf, size_t len, int flags,
 			    struct sockaddr *src_addr, socklen_t *addrlen)
 {
 	struct iovec v = { .iov_base = buf, .iov_len = len };
+
+	if (ds_is(socket))
+		return ds_recvv(socket, &v, 1, flags, src_addr, addrlen, "rrecvfrom");
 	ssize_t n = rs_recvv(socket, &v, 1, flags, "rrecvfrom");
 	struct rs *r = rs_get(socket);
 
@@ -926,6 +984,10 @@ CM_EXPORT ssize_t rrecvfrom(int socket, void *buf, size_t len, int flags,
 
 CM_EXPORT ssize_t rrecvmsg(int socket, struct msghdr *msg, int flags)
 {
+	if (!msg)
+		return rs_fail(EINVAL, NULL, "rrecvmsg", "msg is NULL");
+	if (ds_is(socket))
+		return ds_recvmsg(socket, msg, flags, "rrecvmsg");
 	return rs_recvv(socket, msg->msg_iov, (int)msg->msg_iovlen, flags, "rrecvmsg");
 }
 
@@ -936,6 +998,8 @@ CM_EXPORT ssize_t rread(int socket, void *buf, size_t count)
 
 CM_EXPORT ssize_t rreadv(int socket, const struct iovec *iov, int iovcnt)
 {
+	if (ds_is(socket))
+		return ds_recvv(socket, iov, iovcnt, 0, NULL, NULL, "rreadv");
 	return rs_recvv(socket, iov, iovcnt, 0, "rreadv");
 }
 
@@ -972,123 +1036,208 @@ static short rs_revents(struct rs *r, short events)
 	return re & (events | POLLERR | POLLHUP | POLLNVAL);
 }
 
+/* What rpoll does with each entry: a kernel fd is polled as it is; a
+ * stream rsocket sleeps on its event channel and CQ channel, a datagram
+ * rsocket on its CQ channel and kernel socket (rsocket_dgram.c). */
+enum rs_kind { RS_KERNEL, RS_STREAM, RS_DGRAM };
+
+struct rs_slot {
+	enum rs_kind kind;
+	int at, n;		/* its pollfds in the kernel poll */
+};
+
+/* The readiness of an rsocket entry, after progress that never blocks. */
+static short entry_revents(const struct pollfd *f, enum rs_kind kind)
+{
+	struct rs *r;
+	short re;
+
+	if (kind == RS_DGRAM)
+		return ds_poll_revents(f->fd, f->events);
+	r = rs_get(f->fd);
+	if (!r)
+		return POLLNVAL;
+	pthread_mutex_lock(&r->mu);
+	re = rs_revents(r, f->events);
+	pthread_mutex_unlock(&r->mu);
+	return re;
+}
+
+/* The pollfds an entry sleeps on, from p; how many. */
+static int entry_sleep_fds(const struct pollfd *f, enum rs_kind kind, struct pollfd *p,
+			   bool *again)
+{
+	struct rs *r;
+	int n = 0;
+
+	if (kind == RS_KERNEL) {
+		p[0] = *f;
+		p[0].revents = 0;
+		return 1;
+	}
+	if (kind == RS_DGRAM)
+		return ds_poll_fds(f->fd, f->events, p, again);
+	r = rs_get(f->fd);
+	if (!r)
+		return 0;
+	pthread_mutex_lock(&r->mu);
+	p[n++] = (struct pollfd){ .fd = r->ch->fd, .events = POLLIN };
+	if (r->cc) {
+		if (!r->armed && !ibv_req_notify_cq(r->cq, 0))
+			r->armed = true;
+		/* Completions before the arming raise no event. */
+		if (cq_progress(r))
+			*again = true;
+		p[n++] = (struct pollfd){ .fd = r->cc->fd, .events = POLLIN };
+	}
+	pthread_mutex_unlock(&r->mu);
+	return n;
+}
+
+/* After the kernel poll: a stream's or datagram's CQ event is taken. */
+static void entry_woke(const struct pollfd *f, enum rs_kind kind, const struct pollfd *p, int n)
+{
+	struct rs *r;
+
+	if (kind == RS_DGRAM) {
+		ds_poll_woke(f->fd, p, n);
+		return;
+	}
+	r = rs_get(f->fd);
+	if (!r || n < 2)
+		return;
+	pthread_mutex_lock(&r->mu);
+	if (r->cc && p[1].fd == r->cc->fd && (p[1].revents & POLLIN)) {
+		struct ibv_cq *cq;
+		void *ctx;
+
+		if (!ibv_get_cq_event(r->cc, &cq, &ctx)) {
+			ibv_ack_cq_events(cq, 1);
+			r->armed = false;
+		}
+	}
+	pthread_mutex_unlock(&r->mu);
+}
+
+static long elapsed_ms(const struct timespec *t0)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (t.tv_sec - t0->tv_sec) * 1000 + (t.tv_nsec - t0->tv_nsec) / 1000000;
+}
+
+/*
+ * An answer often comes within microseconds: before sleeping, rpoll looks
+ * at its rsockets for RS_POLL_NS, as a blocking stream call does (wait_rs)
+ * and rdma-core's rpoll does (polling_time), since a wakeup costs the
+ * progress thread's futex and an eventfd (measured with udpong's echo: 47
+ * us a round trip sleeping at once).  Only when every entry is an
+ * rsocket: a kernel fd would cost a system call each look.  How many are
+ * ready, or 0.
+ */
+static int spin(struct pollfd *fds, nfds_t nfds, struct rs_slot *e, int timeout)
+{
+	struct timespec t0, t;
+
+	if (!timeout)
+		return 0;
+	for (nfds_t i = 0; i < nfds; i++) {
+		e[i].kind = ds_is(fds[i].fd) ? RS_DGRAM : rs_get(fds[i].fd) ? RS_STREAM : RS_KERNEL;
+		if (e[i].kind == RS_KERNEL)
+			return 0;
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do {
+		int ready = 0;
+
+		for (nfds_t i = 0; i < nfds; i++) {
+			fds[i].revents = entry_revents(&fds[i], e[i].kind);
+			if (fds[i].revents)
+				ready++;
+		}
+		if (ready)
+			return ready;
+		clock_gettime(CLOCK_MONOTONIC, &t);
+	} while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < RS_POLL_NS);
+	return 0;
+}
+
 CM_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 {
 	struct pollfd *p = calloc(nfds * 2 + 1, sizeof(*p));
+	struct rs_slot *e = calloc(nfds + 1, sizeof(*e));
 	struct timespec t0;
+	int ret = -1;
 
-	if (!p) {
+	if (!p || !e) {
 		errno = ENOMEM;
-		return -1;
+		goto out;
 	}
 	clock_gettime(CLOCK_MONOTONIC, &t0);
+	ret = spin(fds, nfds, e, timeout);
+	if (ret)
+		goto out;
 	for (;;) {
 		int ready = 0, np = 0;
 		bool again = false;
 
 		for (nfds_t i = 0; i < nfds; i++) {
-			struct rs *r = rs_get(fds[i].fd);
-
-			fds[i].revents = 0;
-			if (!r)
-				continue;
-			pthread_mutex_lock(&r->mu);
-			fds[i].revents = rs_revents(r, fds[i].events);
-			pthread_mutex_unlock(&r->mu);
+			e[i].kind = ds_is(fds[i].fd) ? RS_DGRAM : rs_get(fds[i].fd) ? RS_STREAM :
+				    RS_KERNEL;
+			fds[i].revents = e[i].kind == RS_KERNEL ? 0 : entry_revents(&fds[i], e[i].kind);
 			if (fds[i].revents)
 				ready++;
 		}
-		/* The kernel's fds, and each rsocket's channel and CQ fds. */
+		/* The kernel's fds, and what each rsocket sleeps on. */
 		for (nfds_t i = 0; i < nfds; i++) {
-			struct rs *r = rs_get(fds[i].fd);
-
-			if (!r) {
-				p[np] = fds[i];
-				p[np++].revents = 0;
-				continue;
-			}
-			pthread_mutex_lock(&r->mu);
-			p[np++] = (struct pollfd){ .fd = r->ch->fd, .events = POLLIN };
-			if (r->cc) {
-				if (!r->armed && !ibv_req_notify_cq(r->cq, 0))
-					r->armed = true;
-				/* Completions before the arming raise no event. */
-				if (cq_progress(r))
-					again = true;
-				p[np++] = (struct pollfd){ .fd = r->cc->fd, .events = POLLIN };
-			}
-			pthread_mutex_unlock(&r->mu);
+			e[i].at = np;
+			e[i].n = entry_sleep_fds(&fds[i], e[i].kind, &p[np], &again);
+			np += e[i].n;
 		}
 		int wait = ready || again ? 0 : timeout;
 		if (wait > 0) {
-			struct timespec t;
+			long el = elapsed_ms(&t0);
 
-			clock_gettime(CLOCK_MONOTONIC, &t);
-			long el = (t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000;
 			wait = el >= timeout ? 0 : (int)(timeout - el);
 		}
 		int n = poll(p, (nfds_t)np, wait);
-		if (n < 0) {
-			free(p);
-			return -1;
-		}
-		/* Copy back the kernel fds' answers; drain the CQ events. */
-		np = 0;
+		if (n < 0)
+			goto out;
+		/* Copy back the kernel fds' answers; take the CQ events. */
 		for (nfds_t i = 0; i < nfds; i++) {
-			struct rs *r = rs_get(fds[i].fd);
-
-			if (!r) {
-				fds[i].revents = p[np++].revents;
+			if (e[i].kind == RS_KERNEL) {
+				fds[i].revents = p[e[i].at].revents;
 				if (fds[i].revents)
 					ready++;
-				continue;
+			} else {
+				entry_woke(&fds[i], e[i].kind, &p[e[i].at], e[i].n);
 			}
-			np++;
-			pthread_mutex_lock(&r->mu);
-			if (r->cc) {
-				struct ibv_cq *cq;
-				void *ctx;
-
-				if (p[np].revents & POLLIN && !ibv_get_cq_event(r->cc, &cq, &ctx)) {
-					ibv_ack_cq_events(cq, 1);
-					r->armed = false;
-				}
-				np++;
-			}
-			pthread_mutex_unlock(&r->mu);
 		}
 		if (ready || again) {
 			/* Recount: rsockets may have become ready too. */
 			ready = 0;
-			np = 0;
 			for (nfds_t i = 0; i < nfds; i++) {
-				struct rs *r = rs_get(fds[i].fd);
-
-				if (r) {
-					pthread_mutex_lock(&r->mu);
-					fds[i].revents = rs_revents(r, fds[i].events);
-					pthread_mutex_unlock(&r->mu);
-				}
+				if (e[i].kind != RS_KERNEL)
+					fds[i].revents = entry_revents(&fds[i], e[i].kind);
 				if (fds[i].revents)
 					ready++;
 			}
 			if (ready || timeout == 0) {
-				free(p);
-				return ready;
+				ret = ready;
+				goto out;
 			}
 			continue;
 		}
-		if (!n && timeout >= 0) {
-			struct timespec t;
-
-			clock_gettime(CLOCK_MONOTONIC, &t);
-			long el = (t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000;
-			if (el >= timeout) {
-				free(p);
-				return 0;
-			}
+		if (!n && timeout >= 0 && elapsed_ms(&t0) >= timeout) {
+			ret = 0;
+			goto out;
 		}
 	}
+out:
+	free(p);
+	free(e);
+	return ret;
 }
 
 CM_EXPORT int rselect(int nfds, fd_set *readfds, fd_set *writefds, fd_set *exceptfds,
@@ -1139,8 +1288,11 @@ CM_EXPORT int rselect(int nfds, fd_set *readfds, fd_set *writefds, fd_set *excep
 /* ---- names, options, shutdown, close ---- */
 CM_EXPORT int rgetpeername(int socket, struct sockaddr *addr, socklen_t *addrlen)
 {
-	struct rs *r = lookup(socket, "rgetpeername");
+	struct rs *r;
 
+	if (ds_is(socket))
+		return ds_getpeername(socket, addr, addrlen);
+	r = lookup(socket, "rgetpeername");
 	if (!r)
 		return -1;
 	if (r->state != RS_CONNECTED)
@@ -1151,8 +1303,11 @@ CM_EXPORT int rgetpeername(int socket, struct sockaddr *addr, socklen_t *addrlen
 
 CM_EXPORT int rgetsockname(int socket, struct sockaddr *addr, socklen_t *addrlen)
 {
-	struct rs *r = lookup(socket, "rgetsockname");
+	struct rs *r;
 
+	if (ds_is(socket))
+		return ds_getsockname(socket, addr, addrlen);
+	r = lookup(socket, "rgetsockname");
 	if (!r)
 		return -1;
 	if (r->state == RS_IDLE) {
@@ -1168,8 +1323,11 @@ CM_EXPORT int rgetsockname(int socket, struct sockaddr *addr, socklen_t *addrlen
 CM_EXPORT int rsetsockopt(int socket, int level, int optname, const void *optval,
 			  socklen_t optlen)
 {
-	struct rs *r = lookup(socket, "rsetsockopt");
+	struct rs *r;
 
+	if (ds_is(socket))
+		return ds_setsockopt(socket, level, optname, optval, optlen);
+	r = lookup(socket, "rsetsockopt");
 	if (!r)
 		return -1;
 	if (!optval || optlen < sizeof(int))
@@ -1218,9 +1376,12 @@ CM_EXPORT int rsetsockopt(int socket, int level, int optname, const void *optval
 
 CM_EXPORT int rgetsockopt(int socket, int level, int optname, void *optval, socklen_t *optlen)
 {
-	struct rs *r = lookup(socket, "rgetsockopt");
+	struct rs *r;
 	int v;
 
+	if (ds_is(socket))
+		return ds_getsockopt(socket, level, optname, optval, optlen);
+	r = lookup(socket, "rgetsockopt");
 	if (!r)
 		return -1;
 	if (!optval || !optlen || *optlen < sizeof(int))
@@ -1255,15 +1416,18 @@ CM_EXPORT int rgetsockopt(int socket, int level, int optname, void *optval, sock
 
 CM_EXPORT int rfcntl(int socket, int cmd, ...)
 {
-	struct rs *r = lookup(socket, "rfcntl");
+	struct rs *r;
 	va_list ap;
 	long arg;
 
-	if (!r)
-		return -1;
 	va_start(ap, cmd);
 	arg = va_arg(ap, long);
 	va_end(ap);
+	if (ds_is(socket))
+		return ds_fcntl(socket, cmd, arg);
+	r = lookup(socket, "rfcntl");
+	if (!r)
+		return -1;
 	switch (cmd) {
 	case F_GETFL:
 		return O_RDWR | (r->nonblock ? O_NONBLOCK : 0);
@@ -1282,8 +1446,11 @@ CM_EXPORT int rfcntl(int socket, int cmd, ...)
 
 CM_EXPORT int rshutdown(int socket, int how)
 {
-	struct rs *r = lookup(socket, "rshutdown");
+	struct rs *r;
 
+	if (ds_is(socket))
+		return ds_shutdown(socket, how);
+	r = lookup(socket, "rshutdown");
 	if (!r)
 		return -1;
 	pthread_mutex_lock(&r->mu);
@@ -1304,8 +1471,11 @@ CM_EXPORT int rshutdown(int socket, int how)
 
 CM_EXPORT int rclose(int socket)
 {
-	struct rs *r = lookup(socket, "rclose");
+	struct rs *r;
 
+	if (ds_is(socket))
+		return ds_close(socket);
+	r = lookup(socket, "rclose");
 	if (!r)
 		return -1;
 	pthread_mutex_lock(&table_mu);
@@ -1336,9 +1506,12 @@ CM_EXPORT int rclose(int socket)
 /* ---- iomap ---- */
 CM_EXPORT off_t riomap(int socket, void *buf, size_t len, int prot, int flags, off_t offset)
 {
-	struct rs *r = lookup(socket, "riomap");
+	struct rs *r;
 	struct rs_iomap m;
 
+	if (ds_is(socket))
+		return rs_fail(EOPNOTSUPP, NULL, "riomap", "rsocket %d is a datagram socket", socket);
+	r = lookup(socket, "riomap");
 	if (!r)
 		return -1;
 	if (prot != PROT_WRITE || flags)
@@ -1382,8 +1555,11 @@ CM_EXPORT off_t riomap(int socket, void *buf, size_t len, int prot, int flags, o
 
 CM_EXPORT int riounmap(int socket, void *buf, size_t len)
 {
-	struct rs *r = lookup(socket, "riounmap");
+	struct rs *r;
 
+	if (ds_is(socket))
+		return rs_fail(EOPNOTSUPP, NULL, "riounmap", "rsocket %d is a datagram socket", socket);
+	r = lookup(socket, "riounmap");
 	if (!r)
 		return -1;
 	pthread_mutex_lock(&r->mu);
@@ -1400,9 +1576,13 @@ CM_EXPORT int riounmap(int socket, void *buf, size_t len)
 
 CM_EXPORT size_t riowrite(int socket, const void *buf, size_t count, off_t offset, int flags)
 {
-	struct rs *r = lookup(socket, "riowrite");
+	struct rs *r;
 	size_t done = 0;
 
+	if (ds_is(socket))
+		return (size_t)rs_fail(EOPNOTSUPP, NULL, "riowrite", "rsocket %d is a datagram socket",
+				       socket);
+	r = lookup(socket, "riowrite");
 	if (!r)
 		return (size_t)-1;
 	pthread_mutex_lock(&r->mu);

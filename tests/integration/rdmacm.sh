@@ -167,6 +167,59 @@ fi
 kill $rc_srv 2>/dev/null
 wait $rc_srv 2>/dev/null
 
+# Datagram rsockets (rsocket_dgram.c): udpong's server and client, in each
+# of udpong's modes: non-blocking (its default), blocking (-T b), rpoll
+# (-T a), and echo (-T e: every datagram comes back, and the client resends
+# what a millisecond does not answer).  The server serves until it is
+# killed; its first line names the client's address, the source of the
+# client's first datagram.  A one-way run prints how many datagrams the
+# server counted, which must not be 0 (UDP may lose some; none is not
+# loss); an echo run, 2 x the round trips.
+wait_udp() {
+	local hex
+	hex=$(printf ':%04X ' "$1")
+	for _ in $(seq 150); do
+		grep -q "$hex" /proc/net/udp 2>/dev/null && return 0
+		sleep 0.1
+	done
+	return 1
+}
+udpong_pair() {
+	local what=$1 args=$2 pat=$3 srv crc
+	timeout 120 stdbuf -oL udpong -b 127.0.0.1 -p 7174 >"$TMP/srv.log" 2>&1 &
+	srv=$!
+	if ! wait_udp 7174; then
+		bad "$what: the server never bound its port"; kill $srv 2>/dev/null; wait $srv 2>/dev/null
+		sed 's/^/    srv: /' "$TMP/srv.log" | tail -5
+		return 1
+	fi
+	# shellcheck disable=SC2086
+	timeout 120 udpong -s 127.0.0.1 -p 7174 $args >"$TMP/cli.log" 2>&1
+	crc=$?
+	kill $srv 2>/dev/null
+	wait $srv 2>/dev/null
+	if [ $crc -ne 0 ]; then
+		bad "$what: client rc $crc"; sed 's/^/    cli: /' "$TMP/cli.log" | tail -5
+		return 1
+	fi
+	expect "$what" "$TMP/cli.log" "$pat"
+	expect "$what: the server named the client's address" "$TMP/srv.log" \
+		"^client login from 127\.0\.0\.1$"
+}
+for ll in ib roce; do
+	export SOFTVERBS_LINK_LAYER=$ll
+	udpong_pair "udpong -C 2000 -S 1000, non-blocking ($ll)" "-C 2000 -S 1000" \
+		"^custom +1000 +[1-9][0-9.]*k? +"
+	udpong_pair "udpong -T b -C 2000 -S 2000, blocking ($ll)" "-T b -C 2000 -S 2000" \
+		"^custom +1\.9k +[1-9][0-9.]*k? +"
+	udpong_pair "udpong -T e -C 500 -S 2048, echo ($ll)" "-T e -C 500 -S 2048" "^custom +2k +1k +"
+	udpong_pair "udpong -T a -T e -C 500 -S 64, rpoll and echo ($ll)" "-T a -T e -C 500 -S 64" \
+		"^custom +64 +1k +"
+	udpong_pair "udpong -T b -T e -C 500 -S 1000, blocking echo ($ll)" "-T b -T e -C 500 -S 1000" \
+		"^custom +1000 +1k +"
+done
+export SOFTVERBS_LINK_LAYER=roce
+
 # librspreload: a plain TCP program on rsockets.  While its server
 # listens, the port is an rdma_cm port and no kernel TCP socket listens.
 preload=/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so

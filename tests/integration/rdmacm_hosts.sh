@@ -142,6 +142,86 @@ for sz in 64 65536 1048576; do
 		"riostream -b $ADDR_A -p 7480 -T v -S $sz -C $cnt" \
 		"riostream -s $ADDR_A -p 7480 -T v -S $sz -C $cnt"
 done
+# Datagram rsockets: udpong's server in A (it serves until it is killed),
+# its client in B.  The datagrams are UD SENDs in RoCEv2 packets: the
+# client's capture (SOFTVERBS_PCAP) must hold one UD SEND from B for every
+# datagram it sent but the first, which goes by the kernel UDP socket
+# while B does not know A's QP.  The veth's 1500 bytes give a path MTU of
+# 1024, so 1012 bytes is the largest datagram, and 2000 is EMSGSIZE.
+# wait_udp NS ADDR:PORT: until a UDP socket in NS is bound there.
+wait_udp() {
+	for _ in $(seq 150); do
+		ip netns exec "$1" ss -Huln 2>/dev/null | grep -q " $2 " && return 0
+		sleep 0.1
+	done
+	return 1
+}
+# udpong_hosts WHAT "CLIENT ARGS" PATTERN [SENT]: SENT datagrams (the
+# client's count) must each have left B as a UD SEND in RoCEv2.
+udpong_hosts() {
+	local what=$1 args=$2 pat=$3 sent=${4:-0} srv crc a0 b0 da db cap n
+	a0=$(tx_bytes "$NSA" cma) b0=$(tx_bytes "$NSB" cmb)
+	on "$NSA" 120 stdbuf -oL udpong -b $ADDR_A -p 7490 >"$TMP/srv.log" 2>&1 &
+	srv=$!
+	if ! wait_udp "$NSA" "$ADDR_A:7490"; then
+		bad "$what: the server never bound its port"; job_kill $srv
+		return 1
+	fi
+	rm -f "$TMP"/ud-*.pcap
+	CM_ENV=(SOFTVERBS_PCAP="$TMP/ud-%p.pcap")
+	# shellcheck disable=SC2086
+	on "$NSB" 120 udpong -s $ADDR_A -p 7490 $args >"$TMP/cli.log" 2>&1
+	crc=$?
+	CM_ENV=()
+	job_kill $srv
+	da=$(($(tx_bytes "$NSA" cma) - a0)) db=$(($(tx_bytes "$NSB" cmb) - b0))
+	if [ $crc -ne 0 ]; then
+		bad "$what: client rc $crc"; sed 's/^/    cli: /' "$TMP/cli.log" | tail -5
+		return 1
+	fi
+	if ! grep -qE -- "$pat" "$TMP/cli.log"; then
+		bad "$what: no /$pat/ in the output"; sed 's/^/    cli: /' "$TMP/cli.log" | tail -5
+		return 1
+	fi
+	if ! grep -q "^client login from 198\.18\.0\.2$" "$TMP/srv.log"; then
+		bad "$what: the server did not name the client's address"
+		sed 's/^/    srv: /' "$TMP/srv.log" | tail -3
+		return 1
+	fi
+	if [ "$da" -le 0 ] || [ "$db" -le 0 ]; then
+		bad "$what: the veth carried A->B $da and B->A $db bytes; both must be > 0"
+		return 1
+	fi
+	if [ "$sent" -gt 0 ]; then
+		for cap in "$TMP"/ud-*.pcap; do break; done
+		if ! command -v tshark >/dev/null; then
+			echo "skipped: $what: counting UD SENDs: tshark is not installed"
+		elif [ ! -e "$cap" ]; then
+			bad "$what: no RoCEv2 packet left the client (it wrote no capture)"
+			return 1
+		else
+			# BTH opcode 100: UD SEND Only.
+			n=$(tshark -r "$cap" -Y "infiniband.bth.opcode == 100 && ip.src == 198.18.0.2" \
+				2>/dev/null | wc -l)
+			if [ "$n" -lt "$sent" ]; then
+				bad "$what: $n UD SENDs left B in RoCEv2, fewer than the $sent datagrams"
+				return 1
+			fi
+			ok "$what: $n UD SENDs in RoCEv2 from B; A->B $da bytes, B->A $db bytes on the veth"
+			return 0
+		fi
+	fi
+	ok "$what: A->B $da bytes, B->A $db bytes on the veth"
+}
+# One way: 1000 datagrams, then the server's count (not 0).
+udpong_hosts "udpong -C 1000 -S 1000, one way" "-C 1000 -S 1000" "^custom +1000 +[1-9][0-9.]*k? +" 1000
+# Echo: every datagram comes back (2 x 300 transfers).
+udpong_hosts "udpong -T e -C 300 -S 1012, echo" "-T e -C 300 -S 1012" "^custom +1012 +600 +" 300
+udpong_hosts "udpong -T a -T b -T e -C 300 -S 64, rpoll, blocking, echo" "-T a -T b -T e -C 300 -S 64" \
+	"^custom +64 +600 +" 300
+udpong_hosts "udpong -S 2000 across a 1500-byte veth: EMSGSIZE" "-C 10 -S 2000" \
+	"^rsend: Message too long"
+
 # rcopy of a file: the server (which serves until killed) in A writes
 # where the client in B names; the copy must equal the file byte for byte.
 head -c 3000017 /dev/urandom >"$TMP/src.bin"

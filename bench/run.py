@@ -230,6 +230,19 @@ def sweep_plots(build, out_dir, quick):
     return data
 
 
+def by_regime(results, regimes=('far', 'near')):
+    """{(case, regime): [values]} of the runs that gave a number, per core
+    placement; 'all' (when asked for) pools every run whatever its regime."""
+    by = {}
+    for r in results:
+        if r['value'] is None:
+            continue
+        for reg in regimes:
+            if reg == 'all' or r['regime'] == reg:
+                by.setdefault((r['case'], reg), []).append(r['value'])
+    return by
+
+
 def median_cell(vals):
     if not vals:
         return 'n/a'
@@ -312,10 +325,7 @@ def main():
 
     # Tables: medians per regime, then the target ratios within a regime.
     lines = ['| case | unit | far | near | peak RSS KiB (client/server) |', '|---|---|---|---|---|']
-    by = {}
-    for r in results:
-        if r['value'] is not None and r['regime'] in ('far', 'near'):
-            by.setdefault((r['case'], r['regime']), []).append(r['value'])
+    by = by_regime(results)
     for case in dict.fromkeys(r['case'] for r in results):
         unit = next(r['unit'] for r in results if r['case'] == case)
         rss = next(r['peak_rss_kib'] for r in results if r['case'] == case)

@@ -26,7 +26,7 @@ ns_sweep() {
 # solicitations, so its interfaces send only what the test makes them send).
 ns_add() {
 	ip netns add "$1" || return 1
-	ip netns exec "$1" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 \
+	ns_in "$1" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 \
 		net.ipv6.conf.default.disable_ipv6=1 >/dev/null 2>&1
 	ip -n "$1" link set lo up
 }
@@ -63,17 +63,25 @@ ns_veth() {
 		ip -n "$1" link set "$2" up && ip -n "$4" link set "$5" up
 }
 
-# ns_counters NS IF: "TX_BYTES UDP_OUT UDP6_OUT": the bytes IF has sent,
-# and the UDP datagrams the namespace has sent over IPv4 and over IPv6
-# (/proc/net/snmp and snmp6 are the reader's namespace's; without IPv6
-# the last is 0).  NS "" is the current namespace.  `ip netns exec`
-# mounts a sysfs of NS; the current namespace, when it is one of
-# unshare's, sees the sysfs of the host's, so there /proc/net/dev gives
-# the bytes (the same counter: its tenth column).
+# ns_in NS CMD...: CMD in NS's network stack alone, within 20 s: nsenter
+# joins the namespace without the mount namespace and sysfs that `ip netns
+# exec` sets up (so CMD reads /proc/net, which is its namespace's, not
+# /sys), and the time limit keeps a read of counters from stopping a test
+# for good (a test's programs run under `timeout` likewise).
+ns_in() {
+	local ns=$1
+	shift
+	timeout -k 2 20 nsenter --net="/run/netns/$ns" "$@"
+}
+
+# ns_counters NS IF: "TX_BYTES UDP_OUT UDP6_OUT": the bytes IF has sent
+# (the tenth column of /proc/net/dev), and the UDP datagrams the namespace
+# has sent over IPv4 and over IPv6 (/proc/net/snmp and snmp6; without IPv6
+# the last is 0).  /proc/net is the reader's namespace's.  NS "" is the
+# current namespace.
 ns_counters() {
-	local get='cat "/sys/class/net/$1/statistics/tx_bytes"; cat /proc/net/snmp; cat /proc/net/snmp6 2>/dev/null'
-	[ -n "$1" ] || get='awk -v i="$1" '\''{sub(":", " ")} $1 == i {print $10}'\'' /proc/net/dev; cat /proc/net/snmp; cat /proc/net/snmp6 2>/dev/null'
-	if [ -n "$1" ]; then ip netns exec "$1" sh -c "$get" _ "$2"; else sh -c "$get" _ "$2"; fi 2>/dev/null |
+	local get='awk -v i="$1" '\''{sub(":", " ")} $1 == i {print $10}'\'' /proc/net/dev; cat /proc/net/snmp; cat /proc/net/snmp6 2>/dev/null'
+	if [ -n "$1" ]; then ns_in "$1" sh -c "$get" _ "$2"; else sh -c "$get" _ "$2"; fi 2>/dev/null |
 		awk 'NR == 1 {tx = $1}
 		     $1 == "Udp:" && !h {for (i = 2; i <= NF; i++) if ($i == "OutDatagrams") c = i; h = 1; next}
 		     $1 == "Udp:" && h {out = $c}
@@ -86,7 +94,7 @@ ns_counters() {
 # solicitations or advertisements, and no duplicate address detection,
 # so that ADDR is usable at once (nodad).
 ns_ipv6() {
-	ip netns exec "$1" sysctl -qw "net.ipv6.conf.$2.addr_gen_mode=1" "net.ipv6.conf.$2.accept_dad=0" \
+	ns_in "$1" sysctl -qw "net.ipv6.conf.$2.addr_gen_mode=1" "net.ipv6.conf.$2.accept_dad=0" \
 		"net.ipv6.conf.$2.accept_ra=0" "net.ipv6.conf.$2.router_solicitations=0" \
 		"net.ipv6.conf.$2.disable_ipv6=0" >/dev/null &&
 		ip -n "$1" addr add "$3" dev "$2" nodad
@@ -97,7 +105,7 @@ ns_ipv6() {
 ns_wait_listen() {
 	local hex
 	hex=$(printf ':%04X ' "$2")
-	ip netns exec "$1" bash -c '
+	ns_in "$1" bash -c '
 		for _ in $(seq 150); do
 			grep -q "$1.* 0A " /proc/net/tcp /proc/net/tcp6 2>/dev/null && exit 0
 			sleep 0.1
@@ -112,17 +120,26 @@ ns_wait_listen() {
 ns_gid_index() {
 	local ns=$1 ip=$2 pre=() gid
 	shift 2
-	[ -n "$ns" ] && pre=(ip netns exec "$ns")
+	[ -n "$ns" ] && pre=(timeout -k 2 30 ip netns exec "$ns")
 	case $ip in *:*) gid=$ip ;; *) gid=::ffff:$ip ;; esac
 	"${pre[@]}" env "$@" ibv_devinfo -v 2>/dev/null |
 		sed -nE "s/^[[:space:]]*GID\[ *([0-9]+)\]:[[:space:]]+${gid//./\\.}, RoCE v2.*/\1/p" | head -1
 }
 
-# job_tree PID: PID and every process below it, parents first.
+# job_tree PID: PID and every process below it, parents first.  The
+# children come from /proc/PID/task/*/children, read by the shell itself:
+# an external tool would inherit the ASan build's LD_PRELOAD, under which
+# procps' pgrep and pkill hang for good in a futex (seen in CI: the tests
+# stopped in the job_kill of a server until ctest's 900 s ran out).
 job_tree() {
-	local c
+	local c f kids=""
 	echo "$1"
-	for c in $(pgrep -P "$1" 2>/dev/null); do job_tree "$c"; done
+	for f in /proc/"$1"/task/*/children; do
+		c=()
+		read -r -a c <"$f" 2>/dev/null	# no newline at its end: read says 1
+		kids="$kids ${c[*]:-}"
+	done
+	for c in $kids; do job_tree "$c"; done
 }
 
 # job_kill PID...: ends background jobs started as `func ... &`: each is a
@@ -146,8 +163,10 @@ job_kill() {
 		done
 		for q in $left; do
 			job_alive "$q" || continue
-			echo "note: pid $q ($(tr '\0' ' ' <"/proc/$q/cmdline" 2>/dev/null | cut -c1-80)) did not end on TERM:" \
-				"$(grep -E '^State' "/proc/$q/status" | tr -s '\t ' ' '), waiting in $(cat "/proc/$q/wchan" 2>/dev/null); killed"
+			# stat and wchan, not cmdline or status: those take the
+			# process's memory lock, which a stuck process may hold.
+			echo "note: pid $q did not end on TERM: $(cut -d' ' -f2,3 "/proc/$q/stat" 2>/dev/null)," \
+				"waiting in $(cat "/proc/$q/wchan" 2>/dev/null); killed"
 			kill -KILL "$q" 2>/dev/null
 		done
 		wait "$p" 2>/dev/null
@@ -158,8 +177,8 @@ job_kill() {
 # job_alive PID: PID runs (a zombie, which only waits to be reaped, does not).
 job_alive() {
 	local st
-	st=$(grep -E '^State:' "/proc/$1/status" 2>/dev/null) || return 1
-	case $st in *Z*) return 1 ;; esac
+	st=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1) || return 1
+	[ -n "$st" ] && [ "$st" != Z ]
 }
 
 # ns_traps FUNC: FUNC runs on every exit (also ^C, TERM, HUP), so that no

@@ -59,14 +59,14 @@ wait_cm() {
 	local name
 	name=$(printf '@softverbs-cm:svc:%016x' $(((0x${3:-0106} << 16) + $2)))
 	for _ in $(seq 150); do
-		ip netns exec "$1" awk -v n="$name" '$8 == n {f=1} END {exit !f}' /proc/net/unix &&
+		ns_in "$1" awk -v n="$name" '$8 == n {f=1} END {exit !f}' /proc/net/unix &&
 			return 0
 		sleep 0.1
 	done
 	return 1
 }
 
-tx_bytes() { ip netns exec "$1" cat "/sys/class/net/$2/statistics/tx_bytes"; }
+tx_bytes() { ns_counters "$1" "$2" | cut -d' ' -f1; }
 
 # cm_pair WHAT PORT PATTERN "SERVER ARGS" "CLIENT ARGS": both exit 0 within
 # 120 s, the client's output matches PATTERN, and both veth ends sent.
@@ -151,7 +151,7 @@ done
 # wait_udp NS ADDR:PORT: until a UDP socket in NS is bound there.
 wait_udp() {
 	for _ in $(seq 150); do
-		ip netns exec "$1" ss -Huln 2>/dev/null | grep -q " $2 " && return 0
+		ns_in "$1" ss -Huln 2>/dev/null | grep -q " $2 " && return 0
 		sleep 0.1
 	done
 	return 1

@@ -529,13 +529,13 @@ if [ "$SV_UDP_ROOT" = 1 ]; then
 		HAVE_NS=2
 	fi
 	if [ $HAVE_NS = 1 ]; then
-		mtu=$(ip netns exec "$NSA" cat /sys/class/net/$IFA/mtu)
+		mtu=$(ip -n "$NSA" -o link show "$IFA" | sed -nE 's/.* mtu ([0-9]+) .*/\1/p')
 		routes=$(ip -n "$NSA" route; ip -n "$NSB" route)
 		echo "    routes: $(echo "$routes" | tr '\n' ';')"
 		[ "$(echo "$routes" | grep -c .)" -eq 2 ] || bad "a namespace has routes other than its connected /30"
 		gid_of "$NSA" $ADDR_A A && gid_of "$NSB" $ADDR_B B || HAVE_NS=2
 		for ns in "$NSA" "$NSB"; do
-			am=$(ip netns exec "$ns" env "LD_LIBRARY_PATH=$LD_LIBRARY_PATH" SOFTVERBS_LINK_LAYER=roce \
+			am=$(timeout -k 2 30 ip netns exec "$ns" env "LD_LIBRARY_PATH=$LD_LIBRARY_PATH" SOFTVERBS_LINK_LAYER=roce \
 				ibv_devinfo -v 2>/dev/null | sed -nE 's/.*active_mtu:[[:space:]]+([0-9]+).*/\1/p' | head -1)
 			[ "${am:-0}" -gt 1024 ] &&
 				echo "note: $ns: the port's active_mtu is $am, the veth's MTU $mtu: RoCEv2 packets of more than 1024 bytes' payload do not fit it (perftest takes active_mtu as its path MTU)"

@@ -121,7 +121,7 @@ if ns_add "$NSA" && ns_add "$NSB" && ns_veth "$NSA" $IFA $A/30 "$NSB" $IFB $B/30
    ip -n "$NSA" addr add $A2/30 dev $IFA && ip -n "$NSB" addr add $B2/30 dev $IFB; then
 	# The spoofed source must reach softverbs, not die in the kernel's
 	# reverse path filter (it has a route back anyway: the second /30).
-	ip netns exec "$NSA" sysctl -qw net.ipv4.conf.all.rp_filter=0 \
+	ns_in "$NSA" sysctl -qw net.ipv4.conf.all.rp_filter=0 \
 		"net.ipv4.conf.$IFA.rp_filter=0" >/dev/null 2>&1
 	ok "namespaces $NSA ($A, $A2) and $NSB ($B, $B2), joined by a veth"
 else

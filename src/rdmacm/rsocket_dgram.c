@@ -884,6 +884,18 @@ static void ds_unlock(struct ds *d)
 	pthread_mutex_unlock(&d->mu);
 }
 
+/* The completion channel's event, taken: the CQ must be armed again. */
+static void ds_cq_event(struct ds *d)
+{
+	struct ibv_cq *cq;
+	void *ctx;
+
+	if (!ibv_get_cq_event(d->cc, &cq, &ctx)) {
+		ibv_ack_cq_events(cq, 1);
+		d->armed = false;
+	}
+}
+
 /* Waits (the lock dropped) for a completion, or with the kernel socket
  * too for data, at most ms (-1: no limit).  0, or -1 with errno. */
 static int ds_wait(struct ds *d, bool readable, int ms)
@@ -913,18 +925,28 @@ static int ds_wait(struct ds *d, bool readable, int ms)
 	ds_lock(d);
 	if (ret < 0)
 		return -1;
-	if (d->cq && (p[0].revents & POLLIN)) {
-		struct ibv_cq *cq;
-		void *ctx;
-
-		if (!ibv_get_cq_event(d->cc, &cq, &ctx)) {
-			ibv_ack_cq_events(cq, 1);
-			d->armed = false;
-		}
-	}
+	if (d->cq && (p[0].revents & POLLIN))
+		ds_cq_event(d);
 	if (readable && (p[n - 1].revents & POLLIN))
 		d->udp_empty_ns = 0;	/* look at once */
 	return 0;
+}
+
+/* A call that must wait: EAGAIN where it may not (O_NONBLOCK,
+ * MSG_DONTWAIT), else ds_wait().  0, or -1 with errno and the lock
+ * dropped. */
+static int ds_block(struct ds *d, int flags, bool readable)
+{
+	int err = EAGAIN;
+
+	if (!d->nonblock && !(flags & MSG_DONTWAIT)) {
+		if (!ds_wait(d, readable, -1))
+			return 0;
+		err = errno;
+	}
+	ds_unlock(d);
+	errno = err;
+	return -1;
 }
 
 enum { DS_RECV_FLAGS = MSG_DONTWAIT | MSG_PEEK | MSG_TRUNC | MSG_WAITALL | MSG_NOSIGNAL |
@@ -1019,17 +1041,8 @@ ssize_t ds_recvmsg(int fd, struct msghdr *msg, int flags, const char *call)
 			ret = 0;
 			break;
 		}
-		if (d->nonblock || (flags & MSG_DONTWAIT)) {
-			ds_unlock(d);
-			errno = EAGAIN;
+		if (ds_block(d, flags, true))
 			return -1;
-		}
-		if (ds_wait(d, true, -1)) {
-			err = errno;
-			ds_unlock(d);
-			errno = err;
-			return -1;
-		}
 	}
 	ds_unlock(d);
 	return ret;
@@ -1203,17 +1216,8 @@ ssize_t ds_sendmsg(int fd, const struct msghdr *msg, int flags, const char *call
 		while (d->s_used == d->sq) {
 			if (cq_take(d))
 				continue;
-			if (d->nonblock || (flags & MSG_DONTWAIT)) {
-				ds_unlock(d);
-				errno = EAGAIN;
+			if (ds_block(d, flags, false))
 				return -1;
-			}
-			if (ds_wait(d, false, -1)) {
-				err = errno;
-				ds_unlock(d);
-				errno = err;
-				return -1;
-			}
 		}
 		err = send_ud(d, e, msg->msg_iov, (int)msg->msg_iovlen, len);
 	} else {
@@ -1580,15 +1584,8 @@ void ds_poll_woke(int fd, const struct pollfd *p, int n)
 	if (!d || !n)
 		return;
 	ds_lock(d);
-	if (d->cq && p[0].fd == d->cc->fd && (p[0].revents & POLLIN)) {
-		struct ibv_cq *cq;
-		void *ctx;
-
-		if (!ibv_get_cq_event(d->cc, &cq, &ctx)) {
-			ibv_ack_cq_events(cq, 1);
-			d->armed = false;
-		}
-	}
+	if (d->cq && p[0].fd == d->cc->fd && (p[0].revents & POLLIN))
+		ds_cq_event(d);
 	if (p[n - 1].fd == d->fd && (p[n - 1].revents & POLLIN))
 		d->udp_empty_ns = 0;	/* look at once */
 	ds_unlock(d);

@@ -30,11 +30,14 @@ for f in /usr/bin/rping /usr/bin/ucmatose /usr/bin/udaddy /usr/bin/mckey /usr/bi
 done
 
 # wait_cm PORT [PS]: until an rdma_cm id listens on PORT of the port
-# space (hex, TCP by default): its abstract socket, in state LISTEN.
+# space (hex, TCP by default): its abstract socket, listening.  The name
+# is taken at rdma_bind_addr, before rdma_listen, and a REQ in between is
+# refused (REJ, invalid service ID) as rdma_cm refuses it: only the
+# Flags column's __SO_ACCEPTCON (00010000) says listen() was called.
 wait_cm() {
 	local name="@softverbs-rdmacm:${2:-0106}:$1"
 	for _ in $(seq 150); do
-		awk -v n="$name" '$8 == n && $6 == "01" {f=1} END {exit !f}' /proc/net/unix && return 0
+		awk -v n="$name" '$8 == n && $4 == "00010000" {f=1} END {exit !f}' /proc/net/unix && return 0
 		sleep 0.1
 	done
 	return 1

@@ -360,13 +360,10 @@ static int xmit(int fd, const struct sockaddr *to, socklen_t tolen, const struct
 	if (!m.msg_controllen)
 		m.msg_control = NULL;
 
-	while (sendmsg(fd, &m, 0) < 0)
-		if (errno != EINTR)
-			return errno;
-	count(&counts.sent);
-	if (sv_pcap_on())
-		sv_pcap_write(f, pkt, n, len);
-	return 0;
+	int err = sv_pcap_send(fd, &m, f, pkt, n, len);
+	if (!err)
+		count(&counts.sent);
+	return err;
 }
 
 /* A packet of ours: a private copy, with what it takes to send it later. */

@@ -255,7 +255,15 @@ static int write_all(int fd, struct iovec *iov, int n)
 	return 0;
 }
 
-void sv_pcap_write(const struct sv_flow *f, const struct iovec *pkt, int n, size_t len)
+/* One frame of f's packet, written under pcap_lock; with m, the packet is
+ * sent on sock first, under the same lock, and captured only if it left.
+ * The lock held across the send orders the file as the wire is: a
+ * packet's answer, which another thread may capture as soon as the send
+ * returns, cannot be written before it.  The timestamp is taken under the
+ * lock too, so that time never goes backwards in the file.  Returns 0 or
+ * the send's errno. */
+static int capture(const struct sv_flow *f, const struct iovec *pkt, int n, size_t len, int sock,
+		   const struct msghdr *m)
 {
 	uint8_t hdr[sizeof(struct pcap_record) + ETH_HDR + IPV6_HDR + UDP_HDR];
 	struct pcap_record *rec = (struct pcap_record *)hdr;
@@ -263,21 +271,17 @@ void sv_pcap_write(const struct sv_flow *f, const struct iovec *pkt, int n, size
 	uint8_t *gathered = NULL;
 	struct timespec ts;
 	size_t hlen, frame, left;
-	int niov = 1, fd, err;
+	int niov = 1, fd, err, sent = 0;
 
-	if (!sv_pcap_on())
-		return;
 	/* Never more than the pieces hold, whatever len says. */
 	left = 0;
 	for (int i = 0; i < n; i++)
 		left += pkt[i].iov_len;
 	if (len > left)
 		len = left;
-	clock_gettime(CLOCK_REALTIME, &ts);
 	hlen = frame_headers(f, pkt, n, len, hdr + sizeof(*rec));
 	frame = hlen + len;
 	*rec = (struct pcap_record){
-		.sec = (uint32_t)ts.tv_sec, .usec = (uint32_t)(ts.tv_nsec / 1000),
 		.incl_len = (uint32_t)(frame < PCAP_SNAPLEN ? frame : PCAP_SNAPLEN),
 		.orig_len = (uint32_t)frame,
 	};
@@ -286,9 +290,7 @@ void sv_pcap_write(const struct sv_flow *f, const struct iovec *pkt, int n, size
 	if (n > MAX_IOV) {
 		/* Nothing we send has this many pieces; stay correct anyway. */
 		gathered = malloc(left);
-		if (!gathered)
-			return;
-		for (size_t off = 0, i = 0; off < left && i < (size_t)n; i++) {
+		for (size_t off = 0, i = 0; gathered && off < left && i < (size_t)n; i++) {
 			size_t l = pkt[i].iov_len < left - off ? pkt[i].iov_len : left - off;
 
 			memcpy(gathered + off, pkt[i].iov_base, l);
@@ -305,6 +307,10 @@ void sv_pcap_write(const struct sv_flow *f, const struct iovec *pkt, int n, size
 	}
 
 	pthread_mutex_lock(&pcap_lock);
+	if (m) {
+		while ((sent = sendmsg(sock, m, 0) < 0 ? errno : 0) == EINTR)
+			;
+	}
 	fd = atomic_load_explicit(&pcap_fd, memory_order_relaxed);
 	if (fd >= 0 && pcap_per_pid && pcap_pid != sv_pid()) {
 		/* A fork child: its frames go to its own file; the parent's
@@ -313,7 +319,10 @@ void sv_pcap_write(const struct sv_flow *f, const struct iovec *pkt, int n, size
 		fd = open_file(pcap_pid);
 		atomic_store_explicit(&pcap_fd, fd, memory_order_release);
 	}
-	if (fd >= 0) {
+	if (fd >= 0 && !sent && (n <= MAX_IOV || gathered)) {
+		clock_gettime(CLOCK_REALTIME, &ts);
+		rec->sec = (uint32_t)ts.tv_sec;
+		rec->usec = (uint32_t)(ts.tv_nsec / 1000);
 		err = write_all(fd, iov, niov);
 		if (err) {
 			sv_warn("SOFTVERBS_PCAP: %s; capture stops", strerror(err));
@@ -323,4 +332,22 @@ void sv_pcap_write(const struct sv_flow *f, const struct iovec *pkt, int n, size
 	}
 	pthread_mutex_unlock(&pcap_lock);
 	free(gathered);
+	return sent;
+}
+
+void sv_pcap_write(const struct sv_flow *f, const struct iovec *pkt, int n, size_t len)
+{
+	if (sv_pcap_on())
+		capture(f, pkt, n, len, -1, NULL);
+}
+
+int sv_pcap_send(int sock, const struct msghdr *m, const struct sv_flow *f, const struct iovec *pkt,
+		 int n, size_t len)
+{
+	if (sv_pcap_on())
+		return capture(f, pkt, n, len, sock, m);
+	while (sendmsg(sock, m, 0) < 0)
+		if (errno != EINTR)
+			return errno;
+	return 0;
 }

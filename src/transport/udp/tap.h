@@ -57,6 +57,11 @@ bool sv_pcap_on(void);
 /* One frame: Ethernet, IPv4 (or IPv6), UDP, then the packet as sent or
  * received, ICRC included.  Thread-safe; one write(2) per frame. */
 void sv_pcap_write(const struct sv_flow *f, const struct iovec *pkt, int n, size_t len);
+/* sendmsg(sock, m) (m's iovecs are pkt), then the frame if it left, both
+ * under the capture's lock: an answer to the packet is never captured
+ * before it.  0 or the send's errno. */
+int sv_pcap_send(int sock, const struct msghdr *m, const struct sv_flow *f, const struct iovec *pkt,
+		 int n, size_t len);
 
 /* ---- fault.c ---- */
 struct sv_fault_cfg {

@@ -80,10 +80,17 @@ fail:;
 	return NULL;
 }
 
+/* rdma-core's channel is a file, and a thread blocked reading it stays
+ * blocked when another thread destroys the channel: close() wakes no
+ * read.  rping's CM thread is such a thread, and its process's main
+ * returns after destroying the channel.  So a channel with a getter
+ * waiting in it is closed but kept, and the getter, if it wakes, waits on
+ * as that read would (wait_closed) instead of failing the application. */
 static void chan_free(struct cm_chan *ch)
 {
 	struct cm_event *e;
 
+	pthread_mutex_lock(&cm_mu);
 	while ((e = TAILQ_FIRST(&ch->events))) {
 		TAILQ_REMOVE(&ch->events, e, link);
 		free(e);
@@ -91,7 +98,11 @@ static void chan_free(struct cm_chan *ch)
 	close(ch->ch.fd);
 	close(ch->evfd);
 	close(ch->tfd);
-	free(ch);
+	ch->closed = true;
+	bool keep = ch->waiters > 0;
+	pthread_mutex_unlock(&cm_mu);
+	if (!keep)
+		free(ch);
 }
 
 CM_EXPORT struct rdma_event_channel *rdma_create_event_channel(void)
@@ -295,6 +306,24 @@ static struct cm_event *take(struct cm_chan *ch)
 	return e;
 }
 
+/* A getter whose channel was destroyed while it waited (chan_free): as a
+ * read of rdma-core's closed file, it returns only when a signal
+ * interrupts it, with EINTR.  The last such getter frees the channel.
+ * With cm_mu held, as get_event. */
+static int wait_closed(struct cm_chan *ch, bool interrupted)
+{
+	bool last = ch->waiters == 0;
+
+	pthread_mutex_unlock(&cm_mu);
+	if (last)
+		free(ch);
+	while (!interrupted)
+		interrupted = poll(NULL, 0, -1) < 0 && errno == EINTR;
+	pthread_mutex_lock(&cm_mu);
+	errno = EINTR;
+	return -1;
+}
+
 /* With cm_mu held; drops it while blocking. */
 static int get_event(struct cm_chan *ch, struct cm_event **out)
 {
@@ -313,10 +342,14 @@ static int get_event(struct cm_chan *ch, struct cm_event **out)
 			return -1;
 		}
 		struct pollfd p = { .fd = ch->ch.fd, .events = POLLIN };
+		ch->waiters++;
 		pthread_mutex_unlock(&cm_mu);
 		int r = poll(&p, 1, -1);
 		int err = errno;
 		pthread_mutex_lock(&cm_mu);
+		ch->waiters--;
+		if (ch->closed)
+			return wait_closed(ch, r < 0 && err == EINTR);
 		if (r < 0 && err == EINTR) {
 			errno = EINTR;
 			return -1;

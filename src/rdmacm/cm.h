@@ -124,6 +124,8 @@ struct cm_chan {
 	int evfd;			/* readable while events are queued */
 	int tfd;			/* the earliest CM timeout of its ids */
 	bool sync;			/* private to one synchronous id */
+	bool closed;			/* destroyed with a getter waiting */
+	int waiters;			/* getters blocked in poll, cm_mu held to count */
 	TAILQ_HEAD(, cm_event) events;
 	TAILQ_HEAD(, cm_id) ids;
 };

@@ -23,7 +23,9 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdatomic.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -538,6 +540,61 @@ static void test_channel_modes(void **state)
 	rdma_destroy_event_channel(ch);
 }
 
+/* ---- a channel destroyed while a thread waits in it ---- */
+struct getter {
+	struct rdma_event_channel *ch;
+	_Atomic int done;
+	int ret, err;
+};
+
+static void *get_one(void *arg)
+{
+	struct getter *g = arg;
+	struct rdma_cm_event *ev;
+
+	g->ret = rdma_get_cm_event(g->ch, &ev);
+	g->err = errno;
+	atomic_store(&g->done, 1);
+	return NULL;
+}
+
+/* rping's CM thread waits in rdma_get_cm_event() while its main thread
+ * destroys the channel and returns.  With rdma-core the thread stays
+ * blocked, as a read of a closed file does, until a signal ends it with
+ * EINTR; it must not fail (rping exits 255 when it does).  The wait is
+ * woken here by readiness of the epoll file it polls, kept alive by a
+ * dup of ch->fd and given a pipe: what an event racing the destruction
+ * does to it. */
+static void test_destroy_channel_while_waiting(void **state)
+{
+	struct getter g = { .ch = rdma_create_event_channel() };
+	struct sigaction sa = { .sa_handler = on_alarm };
+	pthread_t t;
+	int p[2];
+
+	sigaction(SIGALRM, &sa, NULL);
+	assert_non_null(g.ch);
+	assert_int_equal(pipe(p), 0);
+	int ep = dup(g.ch->fd);
+	assert_true(ep >= 0);
+	assert_int_equal(pthread_create(&t, NULL, get_one, &g), 0);
+	usleep(50000);
+	assert_int_equal(atomic_load(&g.done), 0);
+	rdma_destroy_event_channel(g.ch);
+	struct epoll_event e = { .events = EPOLLIN };
+	assert_int_equal(epoll_ctl(ep, EPOLL_CTL_ADD, p[0], &e), 0);
+	assert_int_equal(write(p[1], "x", 1), 1);
+	usleep(100000);
+	assert_int_equal(atomic_load(&g.done), 0);
+	pthread_kill(t, SIGALRM);
+	pthread_join(t, NULL);
+	assert_int_equal(g.ret, -1);
+	assert_int_equal(g.err, EINTR);
+	close(ep);
+	close(p[0]);
+	close(p[1]);
+}
+
 /* ---- rdma_migrate_id: a synchronous id, and a listener with a request ---- */
 static void test_migrate(void **state)
 {
@@ -635,6 +692,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_peer_killed),
 		cmocka_unit_test(test_destroy_with_events),
 		cmocka_unit_test(test_channel_modes),
+		cmocka_unit_test(test_destroy_channel_while_waiting),
 		cmocka_unit_test(test_migrate),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -127,9 +127,17 @@ struct ibv_context;
  *
  * softverbs_gsi_send: one MAD from QP1 at sgid (an IPv4-mapped GID of this
  * host) to QP1 at dgid.  0, or -1 with errno (EHOSTUNREACH: no route).
+ *
+ * softverbs_gsi_will: the same MAD, sent by this process's guard
+ * (core/guard.h) once this process has died, unless
+ * softverbs_gsi_will_cancel(key) comes first; a later will of the same key
+ * replaces it.  0, or -1 with errno.
  */
 int softverbs_gsi_open(struct ibv_context *ctx);
 int softverbs_gsi_send(struct ibv_context *ctx, const uint8_t sgid[16], const uint8_t dgid[16],
 		       uint8_t tclass, const uint8_t mad[SV_MAD_SIZE]);
+int softverbs_gsi_will(struct ibv_context *ctx, uint64_t key, const uint8_t sgid[16],
+		       const uint8_t dgid[16], uint8_t tclass, const uint8_t mad[SV_MAD_SIZE]);
+void softverbs_gsi_will_cancel(uint64_t key);
 
 #endif

@@ -23,6 +23,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "guard.h"
 #include "sv.h"
 #include "view.h"
 
@@ -404,6 +405,8 @@ int main(int argc, char **argv)
 	if (argc < 2)
 		return usage(stderr, 2);
 	const char *cmd = argv[1];
+	if (!strcmp(cmd, "__guard"))	/* started by the library, never by hand */
+		return guard_main();
 	if (!strcmp(cmd, "run"))
 		return cmd_run(argc - 1, argv + 1);
 	if (!strcmp(cmd, "devices"))

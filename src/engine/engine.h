@@ -167,6 +167,7 @@ const char *sv_route_addr(const struct in6_addr *a, uint32_t ifindex, char *buf,
 
 /* One packet as a link hands it up: BTH through pad, the ICRC checked and
  * removed; route.src is the sender. */
+struct sv_frame;	/* core/guard.h */
 struct sv_link_pkt {
 	const uint8_t *buf;
 	size_t len;
@@ -188,6 +189,10 @@ struct sv_link_ops {
 	 * ICRC.  0 or an errno. */
 	int (*send)(struct sv_link_ep *l, int fd, const struct sv_route *r, const struct iovec *pkt,
 		    int n, size_t len);
+	/* The datagram send would make of pkt, for another process to send
+	 * from a dup of the same fd (core/guard.h).  0 or an errno. */
+	int (*frame)(struct sv_link_ep *l, const struct sv_route *r, const struct iovec *pkt, int n,
+		     size_t len, struct sv_frame *out);
 	/* Packets sent may wait in a batch until this; the payloads they
 	 * reference must stay valid until then. */
 	void (*flush)(struct sv_link_ep *l);

@@ -22,6 +22,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "../core/guard.h"
 #include "../gsi.h"
 #include "pkt.h"
 
@@ -60,6 +61,17 @@ static int gsi_fd(struct pkt_ctx *pc, uint16_t *port)
 	return fd;
 }
 
+/* IBA 13.5.1: GSI MADs leave QP1 for QP1, on the default P_Key. */
+static void gsi_packet(struct pkt_ctx *pc, struct gsi_pkt *p, const uint8_t *mad)
+{
+	uint32_t psn = atomic_fetch_add_explicit(&pc->gsi_psn, 1, memory_order_relaxed);
+
+	bth_set(&p->bth, IB_TR_UD | IB_OP_SEND_ONLY, false, 0, 0xffff, SV_GSI_QPN, false, psn);
+	p->deth.qkey = htobe32(SV_GSI_QKEY);
+	p->deth.sqp = htobe32(SV_GSI_QPN);
+	memcpy(p->mad, mad, SV_MAD_SIZE);
+}
+
 static int send_mad(struct pkt_ctx *pc, const struct sv_route *r, const uint8_t *mad)
 {
 	struct gsi_pkt p;
@@ -70,12 +82,7 @@ static int send_mad(struct pkt_ctx *pc, const struct sv_route *r, const uint8_t 
 		return EMFILE;
 	if (SV_PORT_DOWN(sv_reg_port(pc->ctx->dev->index)))
 		return 0;	/* a pulled cable carries nothing; the CM retries */
-	/* IBA 13.5.1: GSI MADs leave QP1 for QP1, on the default P_Key. */
-	uint32_t psn = atomic_fetch_add_explicit(&pc->gsi_psn, 1, memory_order_relaxed);
-	bth_set(&p.bth, IB_TR_UD | IB_OP_SEND_ONLY, false, 0, 0xffff, SV_GSI_QPN, false, psn);
-	p.deth.qkey = htobe32(SV_GSI_QKEY);
-	p.deth.sqp = htobe32(SV_GSI_QPN);
-	memcpy(p.mad, mad, SV_MAD_SIZE);
+	gsi_packet(pc, &p, mad);
 	struct sv_route rt = *r;
 	rt.sport = port;
 	/* Headers, then payload: the link copies the one and references the other. */
@@ -98,36 +105,84 @@ SV_EXPORT int softverbs_gsi_open(struct ibv_context *ibctx)
 	return 0;
 }
 
-SV_EXPORT int softverbs_gsi_send(struct ibv_context *ibctx, const uint8_t sgid[16],
-				 const uint8_t dgid[16], uint8_t tclass,
-				 const uint8_t mad[SV_MAD_SIZE])
+/* The arguments of softverbs_gsi_send and _will: the context's packet
+ * endpoint and the route, or NULL with errno set. */
+static struct pkt_ctx *gsi_route(struct ibv_context *ibctx, const uint8_t *sgid, const uint8_t *dgid,
+				 uint8_t tclass, const uint8_t *mad, struct sv_route *r)
 {
 	char why[128];
 	struct pkt_ctx *pc;
 
 	if (!ibctx || !sgid || !dgid || !mad) {
 		errno = EINVAL;
-		return -1;
+		return NULL;
 	}
 	if (!sv_gid_v4(sgid) || !sv_gid_v4(dgid)) {
 		errno = EAFNOSUPPORT;	/* rdma_cm across hosts is IPv4 only */
-		return -1;
+		return NULL;
 	}
 	pc = pkt_ctx_get(sv_ctx(ibctx), why, sizeof(why));
 	if (!pc) {
 		sv_dbg("gsi: %s", why);
 		errno = EIO;
-		return -1;
+		return NULL;
 	}
-	struct sv_route r = { .tclass = tclass, .ttl = 64, .v4 = true };
-	memcpy(&r.src, sgid, 16);
-	memcpy(&r.dst, dgid, 16);
+	*r = (struct sv_route){ .tclass = tclass, .ttl = 64, .v4 = true };
+	memcpy(&r->src, sgid, 16);
+	memcpy(&r->dst, dgid, 16);
+	return pc;
+}
+
+SV_EXPORT int softverbs_gsi_send(struct ibv_context *ibctx, const uint8_t sgid[16],
+				 const uint8_t dgid[16], uint8_t tclass,
+				 const uint8_t mad[SV_MAD_SIZE])
+{
+	struct sv_route r;
+	struct pkt_ctx *pc = gsi_route(ibctx, sgid, dgid, tclass, mad, &r);
+
+	if (!pc)
+		return -1;
 	int err = send_mad(pc, &r, mad);
 	if (err) {
 		errno = err;
 		return -1;
 	}
 	return 0;
+}
+
+SV_EXPORT int softverbs_gsi_will(struct ibv_context *ibctx, uint64_t key, const uint8_t sgid[16],
+				 const uint8_t dgid[16], uint8_t tclass,
+				 const uint8_t mad[SV_MAD_SIZE])
+{
+	struct sv_route r;
+	struct pkt_ctx *pc = gsi_route(ibctx, sgid, dgid, tclass, mad, &r);
+	struct gsi_pkt p;
+	struct sv_frame f;
+	uint16_t port;
+
+	if (!pc)
+		return -1;
+	int fd = gsi_fd(pc, &port);
+	if (fd < 0) {
+		errno = EMFILE;
+		return -1;
+	}
+	gsi_packet(pc, &p, mad);
+	r.sport = port;
+	struct iovec v = { &p, sizeof(p) };
+	int err = pc->ops->frame(pc->link, &r, &v, 1, sizeof(p), &f);
+	if (!err)
+		err = sv_guard_add(key, fd, &f);
+	if (err) {
+		errno = err;
+		return -1;
+	}
+	return 0;
+}
+
+SV_EXPORT void softverbs_gsi_will_cancel(uint64_t key)
+{
+	sv_guard_del(key);
 }
 
 /* Nobody takes it: the answer ib_cm gives in place of its cm_id's. */

@@ -200,6 +200,7 @@ struct cm_id {
 
 	/* A peer on another host: messages are CM MADs (mad.c). */
 	bool remote;
+	bool will;			/* its DREQ is with the guard (mad.c) */
 	TAILQ_ENTRY(cm_id) rlink;	/* mad.c's remote ids */
 	uint32_t local_comm_id, remote_comm_id;
 	uint64_t tid;
@@ -278,6 +279,7 @@ void cm_mad_resend(struct cm_id *c);
 void cm_mad_on_listener(struct cm_id *l);
 void cm_mad_on_readable(struct cm_id *c);
 void cm_mad_forget(struct cm_id *c);
+void cm_mad_established(struct cm_id *c);
 
 /* qp.c */
 int cm_init_qp_attr(struct cm_id *c, struct ibv_qp_attr *a, int *mask);

@@ -603,6 +603,7 @@ static void on_rep(struct cm_id *c, const struct cm_msg *m)
 	}
 	send_simple(c, CM_MSG_RTU, 0, NULL, 0);
 	c->state = CM_ESTABLISHED;
+	cm_mad_established(c);
 	e = cm_event_queue(c, RDMA_CM_EVENT_ESTABLISHED, 0);
 	if (e)
 		fill_conn_param(e, m, CM_PDATA_REP);
@@ -659,6 +660,7 @@ CM_EXPORT int rdma_establish(struct rdma_cm_id *id)
 	}
 	send_simple(c, CM_MSG_RTU, 0, NULL, 0);
 	c->state = CM_ESTABLISHED;
+	cm_mad_established(c);
 	pthread_mutex_unlock(&cm_mu);
 	return 0;
 }
@@ -667,6 +669,7 @@ static void establish_passive(struct cm_id *c)
 {
 	cm_set_timer(c, CM_T_NONE, 0);
 	c->state = CM_ESTABLISHED;
+	cm_mad_established(c);
 	struct cm_event *e = cm_event_queue(c, RDMA_CM_EVENT_ESTABLISHED, 0);
 	if (e)
 		e->ev.param.conn.private_data_len = 0;

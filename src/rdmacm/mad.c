@@ -365,8 +365,36 @@ static void go_remote(struct cm_id *c)
 	TAILQ_INSERT_TAIL(&remote_ids, c, rlink);
 }
 
+/* A connection to another host leaves its DREQ with this process's guard
+ * (core/guard.h) while it is established: if the process dies with it
+ * open, the peer still gets the DREQ and its DISCONNECTED, as it does
+ * from the kernel's ib_cm when a process dies.  Any message that ends
+ * the connection takes it back. */
+void cm_mad_established(struct cm_id *c)
+{
+	uint8_t mad[SV_MAD_SIZE];
+
+	if (!c->remote || c->id.qp_type == IBV_QPT_UD || c->will)
+		return;
+	format(c, &(struct cm_msg){ .type = CM_MSG_DREQ }, mad);
+	if (softverbs_gsi_will(c->id.verbs, c->local_comm_id, c->id.route.addr.addr.ibaddr.sgid.raw,
+			       c->remote_gid.raw, c->tos, mad))
+		softverbs_cm_explain("rdma_cm", "id %p: no DREQ for the peer if this process "
+				     "dies: %s", (void *)c, strerror(errno));
+	else
+		c->will = true;
+}
+
+static void will_cancel(struct cm_id *c)
+{
+	if (c->will)
+		softverbs_gsi_will_cancel(c->local_comm_id);
+	c->will = false;
+}
+
 void cm_mad_forget(struct cm_id *c)
 {
+	will_cancel(c);
 	if (c->remote)
 		TAILQ_REMOVE(&remote_ids, c, rlink);
 	c->remote = false;
@@ -420,6 +448,8 @@ int cm_mad_connect(struct cm_id *c)
 
 int cm_mad_send(struct cm_id *c, const struct cm_msg *m)
 {
+	if (m->type == CM_MSG_DREQ || m->type == CM_MSG_DREP || m->type == CM_MSG_REJ)
+		will_cancel(c);
 	format(c, m, c->last_mad);
 	c->last_type = m->type;
 	return softverbs_gsi_send(c->id.verbs, c->id.route.addr.addr.ibaddr.sgid.raw,
@@ -591,6 +621,8 @@ void cm_mad_on_readable(struct cm_id *c)
 		}
 		if (m.type == CM_MSG_MRA)
 			continue;	/* the peer needs longer: our retries cover it */
+		if (m.type == CM_MSG_DREQ || m.type == CM_MSG_REJ)
+			will_cancel(c);	/* the peer ended it: it knows */
 		if (m.type == CM_MSG_RTU && c->state == CM_ESTABLISHED)
 			continue;	/* a repeat: the REP it answers went twice */
 		cm_on_msg(c, &m);

@@ -136,7 +136,7 @@ job_tree() {
 	echo "$1"
 	for f in /proc/"$1"/task/*/children; do
 		c=()
-		read -r -a c <"$f" 2>/dev/null	# no newline at its end: read says 1
+		read -r -a c 2>/dev/null <"$f"	# no newline at its end: read says 1
 		kids="$kids ${c[*]:-}"
 	done
 	for c in $kids; do job_tree "$c"; done

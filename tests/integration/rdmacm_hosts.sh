@@ -7,7 +7,8 @@
 # which must find the CM exchange and no error.  Then the failures: REJ
 # for a port nothing listens on, ADDR_ERROR for an address no host
 # answers, UNREACHABLE when every MAD is lost; and a connection under 30%
-# loss, which the CM's retries carry.
+# loss, which the CM's retries carry; and a kill -9 of either end, after
+# which the other gets DISCONNECTED from the dead one's guard.
 #
 # Needs root (namespaces, veths); without it the script says so and
 # passes nothing.  It runs in a network namespace of its own.
@@ -380,5 +381,44 @@ CM_ENV=(SOFTVERBS_FAULT=drop=0.3,seed=$RANDOM SOFTVERBS_CM_TIMEOUT=14)
 echo "note: ${CM_ENV[0]}"
 cmtime_hosts "cmtime with 30% loss on both sides: 10 connections set up and torn down" 10
 CM_ENV=()
+
+# kill -9 of one end mid-stream: its guard (core/guard.h) sends the DREQ
+# the kernel's ib_cm would send for a dying process, and the survivor gets
+# DISCONNECTED at once, where it would otherwise wait out its QP's
+# retries.  rping takes DISCONNECTED mid-ping as the end and exits 0.
+peer_killed() {
+	local victim=$1 srv cli j pid rc t0 ms survivor
+	on "$NSA" 60 rping -s -a $ADDR_A -p 7480 -v -C 100000 >"$TMP/srv.log" 2>&1 &
+	srv=$!
+	wait_cm "$NSA" 7480 || bad "rping $victim killed: the server never listened"
+	on "$NSB" 60 rping -c -a $ADDR_A -p 7480 -v -C 100000 >"$TMP/cli.log" 2>&1 &
+	cli=$!
+	for _ in $(seq 200); do grep -q "rdma-ping-20:" "$TMP/cli.log" && break; sleep 0.05; done
+	j=$cli survivor=srv
+	[ "$victim" = server ] && j=$srv survivor=cli
+	pid=""
+	for p in $(job_tree $j); do
+		[ "$(cat /proc/$p/comm 2>/dev/null)" = rping ] && pid=$p
+	done
+	if [ -z "$pid" ] || ! grep -q "rdma-ping-20:" "$TMP/cli.log"; then
+		bad "rping, $victim killed: no 20 pings to kill it after"
+		job_kill $srv $cli
+		return
+	fi
+	t0=$(date +%s%N)
+	kill -9 "$pid"
+	if [ "$victim" = server ]; then wait $cli; else wait $srv; fi
+	rc=$?
+	ms=$((($(date +%s%N) - t0) / 1000000))
+	job_kill $srv $cli
+	if [ $rc -eq 0 ] && grep -q "DISCONNECT EVENT" "$TMP/$survivor.log" && [ $ms -lt 5000 ]; then
+		ok "kill -9 of the $victim's rping: the other end got DISCONNECTED and exited 0 after $ms ms"
+	else
+		bad "kill -9 of the $victim's rping: the other end exited $rc after $ms ms (DISCONNECTED within 5 s wanted)"
+		grep -v "^ping data" "$TMP/$survivor.log" | tail -5 | sed 's/^/    /'
+	fi
+}
+peer_killed server
+peer_killed client
 section ""
 finish

@@ -43,6 +43,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../../core/guard.h"
 #include "../../engine/engine.h"
 #include "../../engine/ibhdr.h"
 #include "tap.h"
@@ -878,6 +879,37 @@ static void link_want_tick(struct sv_link_ep *l, uint64_t when)
 		kick(l);
 }
 
+/* The datagram link_send would send for pkt, whole, for a sender other
+ * than this process (core/guard.h): its ICRC, destination and ancillary
+ * data computed now. */
+static int link_frame(struct sv_link_ep *l, const struct sv_route *r, const struct iovec *pkt, int n,
+		      size_t len, struct sv_frame *out)
+{
+	struct sv_flow f;
+	union sa to;
+
+	(void)l;
+	if (len + 4 > sizeof(out->pkt))
+		return EMSGSIZE;
+	memset(out, 0, sizeof(*out));
+	flow_of(&f, r, true);
+	uint32_t icrc = htole32(sv_icrc(&f, pkt, n, len));	/* little-endian on the wire */
+	size_t off = 0;
+	for (int i = 0; i < n && off < len; i++) {
+		size_t k = pkt[i].iov_len < len - off ? pkt[i].iov_len : len - off;
+		memcpy(out->pkt + off, pkt[i].iov_base, k);
+		off += k;
+	}
+	memcpy(out->pkt + off, &icrc, 4);
+	out->len = (uint32_t)(off + 4);
+	out->tolen = dest_of(r, &to);
+	if (!out->tolen)
+		return EAFNOSUPPORT;
+	memcpy(&out->to, &to, out->tolen);
+	out->ctllen = (uint32_t)sv_flow_cmsg(&f, to.sa.sa_family, out->ctl, sizeof(out->ctl));
+	return 0;
+}
+
 const struct sv_link_ops sv_link_udp = {
 	.name = "udp",
 	.open = link_open,
@@ -885,6 +917,7 @@ const struct sv_link_ops sv_link_udp = {
 	.sock = link_sock,
 	.sock_close = link_sock_close,
 	.send = link_send,
+	.frame = link_frame,
 	.flush = link_flush,
 	.poll = link_poll,
 	.drain = link_drain,

@@ -76,9 +76,10 @@ static bool read_one(int s, int flags)
 	for (struct cmsghdr *c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(&h, c))
 		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
 			memcpy(&fd, CMSG_DATA(c), sizeof(fd));
-	if ((size_t)n >= offsetof(struct sv_guard_msg, f) &&
-	    (m.op == SV_GUARD_DEL || (size_t)n == sizeof(m)) && m.f.len <= sizeof(m.f.pkt) &&
-	    m.f.ctllen <= sizeof(m.f.ctl) && m.f.tolen <= sizeof(m.f.to))
+	bool add_ok = m.op == SV_GUARD_ADD && (size_t)n == sizeof(m) && m.f.len <= sizeof(m.f.pkt) &&
+		      m.f.ctllen <= sizeof(m.f.ctl) && m.f.tolen <= sizeof(m.f.to);
+	bool del_ok = m.op == SV_GUARD_DEL && (size_t)n >= offsetof(struct sv_guard_msg, f);
+	if (add_ok || del_ok)
 		take(&m, fd);
 	else if (fd >= 0)
 		close(fd);
@@ -111,6 +112,12 @@ int guard_main(void)
 	struct pollfd p[2] = { { .fd = s, .events = POLLIN },
 			       { .fd = SV_GUARD_PIDFD, .events = POLLIN } };
 
+	/* Only the pair and the pidfd: a descriptor of the application's
+	 * that it did not mark close-on-exec (a TCP socket, a pipe) must
+	 * close when the application closes it. */
+	close_range(SV_GUARD_PIDFD + 1, ~0U, 0);
+	if (chdir("/"))
+		return 1;
 	/* The library waits for this process; the guard is its child. */
 	pid_t pid = fork();
 	if (pid < 0)

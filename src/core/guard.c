@@ -111,19 +111,40 @@ static int start(char *why, size_t len)
 	sigemptyset(&none);
 	posix_spawnattr_setsigmask(&at, &none);
 	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK);
+	/* Nothing preloaded: librspreload would make the guard's sockets
+	 * its own. */
+	size_t n = 0;
+	while (environ[n])
+		n++;
+	char **env = calloc(n + 1, sizeof(*env));
+	if (!env) {
+		err = ENOMEM;
+		snprintf(why, len, "out of memory");
+		goto out;
+	}
+	for (size_t i = 0, k = 0; i < n; i++)
+		if (strncmp(environ[i], "LD_PRELOAD=", 11))
+			env[k++] = environ[i];
 	char *argv[] = { "softverbs", "__guard", NULL };
 	pid_t pid;
-	err = posix_spawn(&pid, cmd, &fa, &at, argv, environ);
+	err = posix_spawn(&pid, cmd, &fa, &at, argv, env);
 	posix_spawn_file_actions_destroy(&fa);
 	posix_spawnattr_destroy(&at);
+	free(env);
 	if (err) {
 		snprintf(why, len, "%s: %s", cmd, strerror(err));
 		goto out;
 	}
-	int st;
-	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+	int st = 0, w;
+	while ((w = waitpid(pid, &st, 0)) < 0 && errno == EINTR)
 		;
-	/* ECHILD: an application's SIGCHLD handler reaped it first. */
+	/* w < 0 (ECHILD): an application's SIGCHLD handler reaped it first,
+	 * and the pair tells whether a guard listens. */
+	if (w == pid && !(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
+		err = ECHILD;
+		snprintf(why, len, "%s __guard did not start (status 0x%x)", cmd, (unsigned)st);
+		goto out;
+	}
 	guard_fd = sv[0];
 	sv[0] = -1;
 out:
@@ -157,9 +178,21 @@ static int put(const struct sv_guard_msg *m, size_t len, int fd)
 		c->cmsg_len = CMSG_LEN(sizeof(int));
 		memcpy(CMSG_DATA(c), &fd, sizeof(int));
 	}
-	while (sendmsg(guard_fd, &h, MSG_NOSIGNAL) < 0)
-		if (errno != EINTR)
-			return errno;
+	/* Never a wait under the CM's lock: a full queue fails this one
+	 * message.  The pair is closed only when the guard is gone (EPIPE,
+	 * ECONNRESET), since the guard takes its end of file, as at exec,
+	 * for the process's end and sends everything it holds. */
+	while (sendmsg(guard_fd, &h, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+		int err = errno;
+
+		if (err == EINTR)
+			continue;
+		if (err == EPIPE || err == ECONNRESET) {
+			close(guard_fd);
+			guard_fd = -1;	/* the next will starts another */
+		}
+		return err;
+	}
 	return 0;
 }
 

@@ -27,7 +27,7 @@ struct sv_frame {
 	uint32_t ctllen;
 	uint32_t len;
 	uint32_t pad;
-	uint8_t ctl[128];
+	uint8_t ctl[128] __attribute__((aligned(8)));	/* cmsghdrs */
 	uint8_t pkt[320];
 };
 

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "../sv.h"
+#include "rawsock.h"
 
 struct gid_slot {
 	union ibv_gid gid;
@@ -42,7 +43,7 @@ static pthread_once_t dev_once = PTHREAD_ONCE_INIT;
 static void clamp_mtu(const char *ifname, int ip_hdr)
 {
 	struct ifreq ifr = { 0 };
-	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	int fd = sv_socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 
 	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", ifname);
 	if (fd >= 0 && !ioctl(fd, SIOCGIFMTU, &ifr)) {

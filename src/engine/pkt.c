@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../core/rawsock.h"
 #include "../gsi.h"
 #include "pkt.h"
 
@@ -131,7 +132,7 @@ static bool probe_src(struct sv_route *r)
 	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons(SV_ROCE_PORT) };
 	struct sockaddr *sa = r->v4 ? (struct sockaddr *)&sin : (struct sockaddr *)&s6;
 	socklen_t sl = r->v4 ? sizeof(sin) : sizeof(s6);
-	int fd = socket(sa->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	int fd = sv_socket(sa->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	bool ok = false;
 
 	if (fd < 0)

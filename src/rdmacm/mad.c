@@ -621,10 +621,10 @@ void cm_mad_on_readable(struct cm_id *c)
 		}
 		if (m.type == CM_MSG_MRA)
 			continue;	/* the peer needs longer: our retries cover it */
-		if (m.type == CM_MSG_DREQ || m.type == CM_MSG_REJ)
-			will_cancel(c);	/* the peer ended it: it knows */
 		if (m.type == CM_MSG_RTU && c->state == CM_ESTABLISHED)
 			continue;	/* a repeat: the REP it answers went twice */
 		cm_on_msg(c, &m);
+		if (c->state != CM_ESTABLISHED)
+			will_cancel(c);	/* the peer ended it (DREQ, REJ): it knows */
 	}
 }

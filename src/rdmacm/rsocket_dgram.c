@@ -71,6 +71,7 @@
 #include <unistd.h>
 #include <rdma/rsocket.h>
 
+#include "../core/rawsock.h"
 #include "cm.h"
 
 enum {
@@ -327,7 +328,7 @@ static bool addr_is_group(const struct sockaddr_storage *a)
 static int route_source(const struct sockaddr_storage *dst, struct sockaddr_storage *src)
 {
 	socklen_t len = sizeof(*src);
-	int s = socket(dst->ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	int s = sv_socket(dst->ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	int ret = -1;
 
 	if (s < 0)
@@ -1239,7 +1240,7 @@ int ds_socket(int domain, int type)
 	struct ds *d;
 	int fd, one = 1;
 
-	fd = socket(domain, SOCK_DGRAM | (type & SOCK_CLOEXEC), IPPROTO_UDP);
+	fd = sv_socket(domain, SOCK_DGRAM | (type & SOCK_CLOEXEC), IPPROTO_UDP);
 	if (fd < 0)
 		return ds_fail(errno, NULL, "rsocket", "the address's UDP socket: %s", strerror(errno));
 	if (fd >= DS_MAX_FD) {

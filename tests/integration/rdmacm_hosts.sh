@@ -1,11 +1,12 @@
 #!/bin/bash
-# rdma_cm across hosts: rdmacm-utils and perftest -R between two network
+# rdma_cm across hosts: rdmacm-utils, perftest -R and librspreload between two network
 # namespaces joined by a veth (198.18.0.1/30 and 198.18.0.2/30, nothing
 # else routed), the server in A, the client in B.  Their connection
 # messages are CM MADs to QP1 in RoCEv2 packets (src/gsi.h): each run must
 # have put traffic on the veth, and a captured run is decoded by tshark,
 # which must find the CM exchange and no error.  Then the failures: REJ
-# for a port nothing listens on, ADDR_ERROR for an address no host
+# for a port nothing listens on, and a consumer's REJ with its private
+# data; ADDR_ERROR for an address no host
 # answers, UNREACHABLE when every MAD is lost; and a connection under 30%
 # loss, which the CM's retries carry; and a kill -9 of either end, after
 # which the other gets DISCONNECTED from the dead one's guard.
@@ -243,6 +244,45 @@ else
 fi
 job_kill $srv
 
+# librspreload: a plain TCP program (tcp_echo) on rsockets across the
+# hosts.  No kernel TCP socket of A listens on its port, and its 8 MiB
+# cross the veth as RoCEv2.
+preload=/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so
+preload_hosts() {
+	local a0 b0 srv crc src da db tcp
+	a0=$(tx_bytes "$NSA" cma) b0=$(tx_bytes "$NSB" cmb)
+	on "$NSA" 60 env LD_PRELOAD="${LD_PRELOAD:+$LD_PRELOAD }$preload" \
+		"$SV_BUILD/bin/tcp_echo" server 7601 $ADDR_A >"$TMP/srv.log" 2>&1 &
+	srv=$!
+	if ! wait_cm "$NSA" 7601; then
+		bad "librspreload: the server never listened on an rdma_cm port"
+		sed 's/^/    srv: /' "$TMP/srv.log" | tail -5
+		job_kill $srv
+		return
+	fi
+	# A listening kernel socket on 7601 would be state 0A at :1DB1.
+	tcp=$(ns_in "$NSA" awk '$2 ~ /:1DB1$/ && $4 == "0A"' /proc/net/tcp | wc -l)
+	on "$NSB" 60 env LD_PRELOAD="${LD_PRELOAD:+$LD_PRELOAD }$preload" \
+		"$SV_BUILD/bin/tcp_echo" client 7601 $((8 << 20)) $ADDR_A >"$TMP/cli.log" 2>&1
+	crc=$?
+	wait $srv
+	src=$?
+	da=$(($(tx_bytes "$NSA" cma) - a0)) db=$(($(tx_bytes "$NSB" cmb) - b0))
+	if [ $crc -ne 0 ] || [ $src -ne 0 ]; then
+		bad "librspreload: client rc $crc, server rc $src"
+		tail -3 "$TMP/cli.log" "$TMP/srv.log" | sed 's/^/    /'
+	elif ! grep -qE "^client: 8388608 [0-9]+ \(match\)" "$TMP/cli.log"; then
+		bad "librspreload: the server's count and sum do not match"; sed 's/^/    /' "$TMP/cli.log"
+	elif [ "$tcp" -ne 0 ]; then
+		bad "librspreload: a kernel TCP socket of A listens on 7601"
+	elif [ $db -lt $((8 << 20)) ] || [ $da -le 0 ]; then
+		bad "librspreload: the veth carried A->B $da and B->A $db bytes; 8 MiB B->A wanted"
+	else
+		ok "librspreload: tcp_echo's 8 MiB from B to A over rsockets, no kernel TCP listener, A->B $da bytes, B->A $db bytes on the veth"
+	fi
+}
+preload_hosts
+
 # mckey: UD multicast.  Two receivers in A and one in B join 239.1.2.3,
 # then a sender in B sends 20 messages to the group: its one packet per
 # message crosses the veth to the IPv4 group, and each member gets it,
@@ -314,12 +354,17 @@ else
 			head -5 "$TMP/cap1.txt" | sed 's/^/    /'
 		elif [ "$flagged" -ne 0 ]; then
 			bad "capture $(basename "$f"): tshark flags $flagged frames malformed or in error"
-		elif ! tshark -r "$f" -V -Y 'frame.number == 1' 2>/dev/null >"$TMP/capv.txt" ||
+		# The REQ, not the first frame: the guard of a process of an
+		# earlier test that exited with connections open may still be
+		# repeating its DREQs, which this host answers (DREP).
+		elif ! tshark -r "$f" -V -Y 'infiniband.mad.attributeid == 0x0010' 2>/dev/null \
+			>"$TMP/capv.txt" ||
 			! grep -qE "Destination Queue Pair: 0x000001" "$TMP/capv.txt" ||
 			! grep -qE "Queue Key: 0x0*80010000" "$TMP/capv.txt" ||
 			! grep -qE "Destination Port: 0x1d32" "$TMP/capv.txt" ||
 			! grep -qE "IP CM IP Version: 0x4" "$TMP/capv.txt"; then
-			bad "capture $(basename "$f"): its first frame is not the REQ: a GSI MAD to QP1 (Q_Key 0x80010000) with rdma_cm's service ID for port 7474 and IP header"
+			bad "capture $(basename "$f"): no REQ that is a GSI MAD to QP1 (Q_Key 0x80010000) with rdma_cm's service ID for port 7474 and IP header"
+			head -3 "$TMP/cap1.txt" | sed 's/^/    /'
 		else
 			ok "capture $(basename "$f"): $(grep -c 'CM: ' "$TMP/cap1.txt") CM MADs to QP1 decoded by tshark, the REQ with rdma_cm's service ID and IP header, no error"
 		fi
@@ -342,6 +387,22 @@ on "$NSB" 30 env SOFTVERBS_EXPLAIN=1 SOFTVERBS_CM_TIMEOUT=16 rping -c -a $ADDR_A
 job_kill $srv
 expect "rping to a port nothing listens on in the other host: REJECTED, status 8" "$TMP/cli.log" \
 	"RDMA_CM_EVENT_REJECTED: status 8: .*198\.18\.0\.1:7999"
+# REJECTED with the rejecter's private data, in the REJ MAD (test_rdmacm's
+# cross-host modes: the REQ's private data checked by the server, the REJ's
+# by the client).
+on "$NSA" 30 "$SV_BUILD/bin/test_rdmacm" --reject-server $ADDR_A 7478 >"$TMP/srv.log" 2>&1 &
+srv=$!
+wait_cm "$NSA" 7478
+on "$NSB" 30 "$SV_BUILD/bin/test_rdmacm" --reject-client $ADDR_A 7478 >"$TMP/cli.log" 2>&1
+crc=$?
+wait $srv
+src=$?
+if [ $crc -eq 0 ] && [ $src -eq 0 ]; then
+	ok "REQ and REJ private data across the hosts: $(cat "$TMP/cli.log")"
+else
+	bad "REJECTED with private data: client rc $crc, server rc $src"
+	cat "$TMP/srv.log" "$TMP/cli.log" | sed 's/^/    /'
+fi
 on "$NSB" 30 env SOFTVERBS_EXPLAIN=1 rping -c -a 10.99.0.1 -p 7999 -C 1 >"$TMP/cli.log" 2>&1
 expect "rping to an address with no route: ADDR_ERROR, explained" "$TMP/cli.log" \
 	"RDMA_CM_EVENT_ADDR_ERROR: status -113: .*no host answers"
@@ -388,6 +449,8 @@ CM_ENV=()
 # retries.  rping takes DISCONNECTED mid-ping as the end and exits 0.
 peer_killed() {
 	local victim=$1 srv cli j pid rc t0 ms survivor
+	: >"$TMP/srv.log"
+	: >"$TMP/cli.log"
 	on "$NSA" 60 rping -s -a $ADDR_A -p 7480 -v -C 100000 >"$TMP/srv.log" 2>&1 &
 	srv=$!
 	wait_cm "$NSA" 7480 || bad "rping $victim killed: the server never listened"

@@ -5,8 +5,10 @@
  * and writes "BYTES SUM" back; the client writes LEN patterned bytes,
  * shuts its side down, reads the answer and exits 0 when it matches.
  *
- *   tcp_echo server PORT
- *   tcp_echo client PORT [LEN]
+ *   tcp_echo server PORT [ADDR]
+ *   tcp_echo client PORT [LEN [ADDR]]
+ *
+ * ADDR is an IPv4 address, 127.0.0.1 by default.
  */
 #include <arpa/inet.h>
 #include <stdio.h>
@@ -88,11 +90,17 @@ int main(int argc, char **argv)
 	int s;
 
 	if (argc < 3) {
-		fprintf(stderr, "usage: tcp_echo server|client PORT [LEN]\n");
+		fprintf(stderr, "usage: tcp_echo server PORT [ADDR] | client PORT [LEN [ADDR]]\n");
 		return 2;
 	}
 	a.sin_port = htons((uint16_t)atoi(argv[2]));
 	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	const char *addr = !strcmp(argv[1], "server") ? (argc > 3 ? argv[3] : NULL) :
+			   (argc > 4 ? argv[4] : NULL);
+	if (addr && inet_pton(AF_INET, addr, &a.sin_addr) != 1) {
+		fprintf(stderr, "tcp_echo: %s is not an IPv4 address\n", addr);
+		return 2;
+	}
 	s = socket(AF_INET, SOCK_STREAM, 0);
 	if (s < 0) {
 		perror("tcp_echo: socket");

@@ -8,7 +8,8 @@
  * SOFTVERBS_CM_RETRIES=2) so that the unreachable case takes under a
  * second: 3 x 268 ms.
  *
- *   test_rdmacm [--child-connect PORT | --child-bind PORT]
+ *   test_rdmacm [--child-connect PORT | --child-bind PORT |
+ *                --reject-server ADDR PORT | --reject-client ADDR PORT]
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -673,6 +674,70 @@ static int child_bind(uint16_t port)
 	return 0;
 }
 
+/* ---- REJECTED with private data across hosts (integration.rdmacm_hosts) ----
+ * --reject-server ADDR PORT listens, checks the REQ's private data and
+ * rejects it with its own; --reject-client ADDR PORT connects from
+ * another host and must get REJECTED, status 28, with that data.  Each
+ * says what it got and exits 0 only on exactly the event wanted. */
+static struct sockaddr_in addr_port(const char *addr, const char *port)
+{
+	struct sockaddr_in a = loopback((uint16_t)atoi(port));
+
+	inet_pton(AF_INET, addr, &a.sin_addr);
+	return a;
+}
+
+static int reject_server(struct sockaddr_in a)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_id *l;
+	struct rdma_cm_event *ev;
+
+	if (!ch || rdma_create_id(ch, &l, NULL, RDMA_PS_TCP) ||
+	    rdma_bind_addr(l, (struct sockaddr *)&a) || rdma_listen(l, 1) ||
+	    rdma_get_cm_event(ch, &ev)) {
+		perror("reject-server");
+		return 1;
+	}
+	printf("server: %s, private data \"%.56s\" (%u bytes)\n", rdma_event_str(ev->event),
+	       ev->param.conn.private_data ? (const char *)ev->param.conn.private_data : "",
+	       ev->param.conn.private_data_len);
+	if (ev->event != RDMA_CM_EVENT_CONNECT_REQUEST || ev->param.conn.private_data_len != 56 ||
+	    strcmp(ev->param.conn.private_data, "knock knock"))
+		return 1;
+	if (rdma_reject(ev->id, "go away", 8))
+		return 1;
+	rdma_ack_cm_event(ev);
+	return 0;
+}
+
+static int reject_client(struct sockaddr_in a)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_id *c;
+	struct rdma_cm_event *ev;
+	struct rdma_conn_param p = { .qp_num = 0x4242, .private_data = "knock knock",
+				     .private_data_len = 12, .responder_resources = 1,
+				     .initiator_depth = 1 };
+
+	if (!ch || rdma_create_id(ch, &c, NULL, RDMA_PS_TCP) ||
+	    rdma_resolve_addr(c, NULL, (struct sockaddr *)&a, 1000) ||
+	    rdma_get_cm_event(ch, &ev) || rdma_ack_cm_event(ev) || rdma_resolve_route(c, 1000) ||
+	    rdma_get_cm_event(ch, &ev) || rdma_ack_cm_event(ev) || rdma_connect(c, &p) ||
+	    rdma_get_cm_event(ch, &ev)) {
+		perror("reject-client");
+		return 1;
+	}
+	printf("client: %s, status %d, private data \"%.148s\" (%u bytes)\n",
+	       rdma_event_str(ev->event), ev->status,
+	       ev->param.conn.private_data ? (const char *)ev->param.conn.private_data : "",
+	       ev->param.conn.private_data_len);
+	/* IB_CM_REJ_CONSUMER_DEFINED; a REJ's private data is 148 bytes. */
+	return ev->event == RDMA_CM_EVENT_REJECTED && ev->status == 28 &&
+	       ev->param.conn.private_data_len == 148 &&
+	       !strcmp(ev->param.conn.private_data, "go away") ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
 	setenv("SOFTVERBS_CM_TIMEOUT", "16", 0);
@@ -681,6 +746,10 @@ int main(int argc, char **argv)
 		return child_connect((uint16_t)atoi(argv[2]));
 	if (argc == 3 && !strcmp(argv[1], "--child-bind"))
 		return child_bind((uint16_t)atoi(argv[2]));
+	if (argc == 4 && !strcmp(argv[1], "--reject-server"))
+		return reject_server(addr_port(argv[2], argv[3]));
+	if (argc == 4 && !strcmp(argv[1], "--reject-client"))
+		return reject_client(addr_port(argv[2], argv[3]));
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_reject_private_data),
 		cmocka_unit_test(test_no_listener),

@@ -44,6 +44,7 @@
 #include <unistd.h>
 
 #include "../../core/guard.h"
+#include "../../core/rawsock.h"
 #include "../../engine/engine.h"
 #include "../../engine/ibhdr.h"
 #include "tap.h"
@@ -89,7 +90,7 @@ static pthread_once_t af_once = PTHREAD_ONCE_INIT;
 
 static void af_probe(void)
 {
-	int fd = socket(AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	int fd = sv_socket(AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 
 	if (fd < 0) {
 		link_af = AF_INET;
@@ -108,7 +109,7 @@ static int family(void)
 /* A socket of the link's family; dual-stack when it is AF_INET6. */
 static int link_socket(int flags)
 {
-	int fd = socket(family(), SOCK_DGRAM | SOCK_CLOEXEC | flags, 0), zero = 0;
+	int fd = sv_socket(family(), SOCK_DGRAM | SOCK_CLOEXEC | flags, 0), zero = 0;
 
 	if (fd >= 0 && family() == AF_INET6 &&
 	    setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero))) {

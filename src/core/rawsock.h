@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The libraries' own IP sockets are made by the socket system call, never
- * by a socket() that another library may interpose: librspreload.so takes
- * every AF_INET and AF_INET6 socket() of its process and makes it an
- * rsocket, ours included, and the UDP transport's sockets would then be
- * datagram rsockets running on top of themselves.  Once made, an fd it
- * did not create passes through its other wrappers untouched.
+ * The libraries' own sockets are made by the socket system call, never by
+ * a socket() that another library may interpose: librspreload.so takes
+ * every socket() of its process to try rsocket() on it first, ours
+ * included, and the UDP transport's sockets would then be datagram
+ * rsockets running on top of themselves.  Once made, an fd it did not
+ * create passes through its other wrappers untouched.
  */
 #ifndef SV_CORE_RAWSOCK_H
 #define SV_CORE_RAWSOCK_H

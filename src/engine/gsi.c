@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "../core/guard.h"
+#include "../core/rawsock.h"
 #include "../gsi.h"
 #include "pkt.h"
 
@@ -228,7 +229,7 @@ void pkt_gsi_rx(struct pkt_ctx *pc, const struct sv_link_pkt *p)
 	socklen_t ul = sv_gsi_name(&u, k, id);
 	pthread_mutex_lock(&pc->qps_lock);
 	if (pc->gsi_rx < 0 && !pc->gsi_closed) {
-		pc->gsi_rx = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+		pc->gsi_rx = sv_socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 		/* A short wait, as the link's forwarder waits: a fresh network
 		 * namespace queues only 10 datagrams on an AF_UNIX socket
 		 * (net.unix.max_dgram_qlen), and a listener's burst of REQs

@@ -26,6 +26,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "../core/rawsock.h"
 #include "cm.h"
 
 /* Linux's default ip_local_port_range, for ephemeral ports. */
@@ -268,7 +269,7 @@ int cm_bind_locked(struct cm_id *c, const struct sockaddr *addr)
 	if (!addr_any(addr) && !cm_addr_local(addr))
 		return cm_fail(EADDRNOTAVAIL, c, "rdma_bind_addr", "%s is not an address of this "
 			       "host (its network namespace)", cm_addr_str(addr, s, sizeof(s)));
-	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	fd = sv_socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return cm_fail(errno, c, "rdma_bind_addr", "socket: %s", strerror(errno));
 	if (take_port(c, fd, cm_addr_port(addr), &port)) {

@@ -33,6 +33,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "../core/rawsock.h"
 #include "../gsi.h"
 #include "cm.h"
 
@@ -319,7 +320,7 @@ static int dgram_bound(enum sv_gsi_key k, uint64_t id)
 {
 	struct sockaddr_un u;
 	socklen_t ul = sv_gsi_name(&u, k, id);
-	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	int fd = sv_socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 
 	if (fd < 0)
 		return -1;

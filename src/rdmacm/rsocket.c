@@ -30,7 +30,10 @@
  * hands a datagram rsocket's number to it first (ds_is), and rpoll()
  * polls both kinds and kernel fds together.
  *
- * Not built: fork support.
+ * Fork: an rsocket does not survive fork(), as in rdma-core.  librspreload's
+ * fork mode (RDMAV_FORK_SAFE=1) works on these: it accepts on a kernel TCP
+ * socket and moves the connection to an rsocket at its first use, in
+ * whichever process that is.
  */
 #define _GNU_SOURCE
 #include <errno.h>

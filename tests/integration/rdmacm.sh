@@ -253,6 +253,35 @@ else
 	wait $srv 2>/dev/null
 fi
 
+# librspreload's fork support (RDMAV_FORK_SAFE=1): the server accepts on a
+# kernel TCP socket, forks, and its child's first read moves the
+# connection to an rsocket (the preload's fork_passive, with
+# fork_active in the client), so the RC QP is the child's.
+LD_PRELOAD="${LD_PRELOAD:+$LD_PRELOAD }$preload" RDMAV_FORK_SAFE=1 SOFTVERBS_LOG=debug \
+	timeout -k 5 60 "$SV_BUILD/bin/tcp_echo" fork-server 7602 >"$TMP/srv.log" 2>&1 &
+srv=$!
+if wait_listen 7602; then
+	LD_PRELOAD="${LD_PRELOAD:+$LD_PRELOAD }$preload" RDMAV_FORK_SAFE=1 timeout -k 5 60 \
+		"$SV_BUILD/bin/tcp_echo" client 7602 $((8 << 20)) >"$TMP/cli.log" 2>&1
+	crc=$?
+	wait $srv
+	src=$?
+	if [ $crc -ne 0 ] || [ $src -ne 0 ]; then
+		bad "librspreload, fork mode: client rc $crc, server rc $src"
+		tail -3 "$TMP/cli.log" "$TMP/srv.log"
+	elif ! grep -qE "^client: 8388608 [0-9]+ \(match\)" "$TMP/cli.log"; then
+		bad "librspreload, fork mode: the server's count and sum do not match"
+	elif ! grep -q "created RC" "$TMP/srv.log"; then
+		bad "librspreload, fork mode: the data did not go by an RC QP of the server's child"
+	else
+		ok "librspreload, fork mode: a forking TCP server's child took 8 MiB over rsockets"
+	fi
+else
+	bad "librspreload, fork mode: the server never listened on TCP port 7602"
+	kill $srv 2>/dev/null
+	wait $srv 2>/dev/null
+fi
+
 # Explain mode names what went wrong, in one line.
 SOFTVERBS_EXPLAIN=1 timeout -k 5 30 rping -c -a 127.0.0.1 -p 7999 -C 1 >"$TMP/cli.log" 2>&1
 expect "rping to a port nothing listens on: REJECTED, explained" "$TMP/cli.log" \

@@ -283,6 +283,39 @@ preload_hosts() {
 }
 preload_hosts
 
+# The same in librspreload's fork mode (RDMAV_FORK_SAFE=1): A accepts on a
+# kernel TCP socket and forks; the child's first read moves the connection
+# to an rsocket, whose RC QP then carries the 8 MiB across the veth.
+preload_fork_hosts() {
+	local b0 srv crc src db
+	b0=$(tx_bytes "$NSB" cmb)
+	: >"$TMP/srv.log"
+	on "$NSA" 60 env LD_PRELOAD="${LD_PRELOAD:+$LD_PRELOAD }$preload" RDMAV_FORK_SAFE=1 \
+		SOFTVERBS_LOG=debug "$SV_BUILD/bin/tcp_echo" fork-server 7602 $ADDR_A >"$TMP/srv.log" 2>&1 &
+	srv=$!
+	for _ in $(seq 150); do
+		ns_in "$NSA" awk '$2 ~ /:1DB2$/ && $4 == "0A" {f=1} END {exit !f}' /proc/net/tcp && break
+		sleep 0.1
+	done
+	on "$NSB" 60 env LD_PRELOAD="${LD_PRELOAD:+$LD_PRELOAD }$preload" RDMAV_FORK_SAFE=1 \
+		"$SV_BUILD/bin/tcp_echo" client 7602 $((8 << 20)) $ADDR_A >"$TMP/cli.log" 2>&1
+	crc=$?
+	wait $srv
+	src=$?
+	db=$(($(tx_bytes "$NSB" cmb) - b0))
+	if [ $crc -ne 0 ] || [ $src -ne 0 ]; then
+		bad "librspreload, fork mode: client rc $crc, server rc $src"
+		tail -3 "$TMP/cli.log" "$TMP/srv.log" | sed 's/^/    /'
+	elif ! grep -qE "^client: 8388608 [0-9]+ \(match\)" "$TMP/cli.log"; then
+		bad "librspreload, fork mode: the server's count and sum do not match"
+	elif ! grep -q "qpn 0x[0-9a-f]*: created RC" "$TMP/srv.log"; then
+		bad "librspreload, fork mode: the data did not go by an RC QP of the server's child"
+	else
+		ok "librspreload, fork mode: a forking TCP server's child in A took 8 MiB over rsockets, B->A $db bytes on the veth"
+	fi
+}
+preload_fork_hosts
+
 # mckey: UD multicast.  Two receivers in A and one in B join 239.1.2.3,
 # then a sender in B sends 20 messages to the group: its one packet per
 # message crosses the veth to the IPv4 group, and each member gets it,

@@ -5,8 +5,10 @@
  * and writes "BYTES SUM" back; the client writes LEN patterned bytes,
  * shuts its side down, reads the answer and exits 0 when it matches.
  *
- *   tcp_echo server PORT [ADDR]
+ *   tcp_echo server|fork-server PORT [ADDR]
  *   tcp_echo client PORT [LEN [ADDR]]
+ *
+ * fork-server serves the connection it accepts in a child process.
  *
  * ADDR is an IPv4 address, 127.0.0.1 by default.
  */
@@ -15,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static unsigned long fold(unsigned long sum, const unsigned char *p, size_t n)
@@ -24,13 +27,13 @@ static unsigned long fold(unsigned long sum, const unsigned char *p, size_t n)
 	return sum;
 }
 
-static int server(int s, struct sockaddr_in *a)
+static int serve(int s, int c);
+
+/* fork: the connection is served by a child, as a forking server does;
+ * the parent closes its copy and waits for the child's verdict. */
+static int server(int s, struct sockaddr_in *a, int fork_it)
 {
-	unsigned char buf[65536];
-	unsigned long sum = 0, n = 0;
-	char out[64];
-	int one = 1, c, m;
-	ssize_t k;
+	int one = 1, c, st;
 
 	setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	if (bind(s, (struct sockaddr *)a, sizeof(*a)) || listen(s, 1)) {
@@ -42,6 +45,30 @@ static int server(int s, struct sockaddr_in *a)
 		perror("tcp_echo: accept");
 		return 1;
 	}
+	if (!fork_it)
+		return serve(s, c);
+	pid_t pid = fork();
+	if (pid < 0) {
+		perror("tcp_echo: fork");
+		return 1;
+	}
+	if (pid == 0)
+		_exit(serve(s, c));
+	close(c);
+	close(s);
+	if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st))
+		return 1;
+	return WEXITSTATUS(st);
+}
+
+static int serve(int s, int c)
+{
+	unsigned char buf[65536];
+	unsigned long sum = 0, n = 0;
+	char out[64];
+	int m;
+	ssize_t k;
+
 	while ((k = read(c, buf, sizeof(buf))) > 0) {
 		sum = fold(sum, buf, (size_t)k);
 		n += (unsigned long)k;
@@ -52,6 +79,7 @@ static int server(int s, struct sockaddr_in *a)
 	close(c);
 	close(s);
 	printf("server: %s\n", out);
+	fflush(stdout);
 	return 0;
 }
 
@@ -90,12 +118,12 @@ int main(int argc, char **argv)
 	int s;
 
 	if (argc < 3) {
-		fprintf(stderr, "usage: tcp_echo server PORT [ADDR] | client PORT [LEN [ADDR]]\n");
+		fprintf(stderr, "usage: tcp_echo server|fork-server PORT [ADDR] | client PORT [LEN [ADDR]]\n");
 		return 2;
 	}
 	a.sin_port = htons((uint16_t)atoi(argv[2]));
 	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	const char *addr = !strcmp(argv[1], "server") ? (argc > 3 ? argv[3] : NULL) :
+	const char *addr = strcmp(argv[1], "client") ? (argc > 3 ? argv[3] : NULL) :
 			   (argc > 4 ? argv[4] : NULL);
 	if (addr && inet_pton(AF_INET, addr, &a.sin_addr) != 1) {
 		fprintf(stderr, "tcp_echo: %s is not an IPv4 address\n", addr);
@@ -106,7 +134,7 @@ int main(int argc, char **argv)
 		perror("tcp_echo: socket");
 		return 1;
 	}
-	if (!strcmp(argv[1], "server"))
-		return server(s, &a);
+	if (!strcmp(argv[1], "server") || !strcmp(argv[1], "fork-server"))
+		return server(s, &a, !strcmp(argv[1], "fork-server"));
 	return client(s, &a, argc > 3 ? strtoul(argv[3], NULL, 0) : 4u << 20);
 }

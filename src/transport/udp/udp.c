@@ -487,7 +487,7 @@ static struct sv_link_ep *link_open(struct sv_context *c, char *why, size_t len)
 	fwd_name(&a, &al, sv_pid(), c->ep);
 	/* Blocking, for the forwarder's bounded wait; reads never block
 	 * (MSG_DONTWAIT). */
-	l->fwd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	l->fwd = sv_socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	if (l->fwd < 0 || bind(l->fwd, (struct sockaddr *)&a, al)) {
 		snprintf(why, len, "cannot bind the forwarding socket: %s", strerror(errno));
 		goto fail;

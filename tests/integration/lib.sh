@@ -54,6 +54,33 @@ pair() {
 	pair_verdict "$what" $crc $?
 }
 
+# echo_verdict WHAT CLIENT_RC SERVER_RC: tcp_echo's client and server
+# both exited 0 and agree on its 8 MiB ($TMP/cli.log, $TMP/srv.log); the
+# failure is said, and false returned, otherwise.
+echo_verdict() {
+	if [ "$2" -ne 0 ] || [ "$3" -ne 0 ]; then
+		bad "$1: client rc $2, server rc $3"
+		tail -3 "$TMP/cli.log" "$TMP/srv.log" | sed 's/^/    /'
+		return 1
+	fi
+	if ! grep -qE "^client: 8388608 [0-9]+ \(match\)" "$TMP/cli.log"; then
+		bad "$1: the server's count and sum do not match"; sed 's/^/    /' "$TMP/cli.log"
+		return 1
+	fi
+}
+
+# fork_verdict WHAT CLIENT_RC SERVER_RC OK_TEXT: echo_verdict, and the
+# server (run with SOFTVERBS_LOG=debug) made an RC QP: in librspreload's
+# fork mode its child moved the connection to an rsocket.
+fork_verdict() {
+	echo_verdict "$1" "$2" "$3" || return
+	if grep -q "qpn 0x[0-9a-f]*: created RC" "$TMP/srv.log"; then
+		ok "$1: $4"
+	else
+		bad "$1: the data did not go by an RC QP of the server's child"
+	fi
+}
+
 # pair_verdict WHAT CLIENT_RC SERVER_RC: ok when both exited 0, else the
 # failure with what each side said last ($TMP/cli.log, $TMP/srv.log).
 pair_verdict() {

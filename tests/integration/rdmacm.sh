@@ -266,16 +266,8 @@ if wait_listen 7602; then
 	crc=$?
 	wait $srv
 	src=$?
-	if [ $crc -ne 0 ] || [ $src -ne 0 ]; then
-		bad "librspreload, fork mode: client rc $crc, server rc $src"
-		tail -3 "$TMP/cli.log" "$TMP/srv.log"
-	elif ! grep -qE "^client: 8388608 [0-9]+ \(match\)" "$TMP/cli.log"; then
-		bad "librspreload, fork mode: the server's count and sum do not match"
-	elif ! grep -q "created RC" "$TMP/srv.log"; then
-		bad "librspreload, fork mode: the data did not go by an RC QP of the server's child"
-	else
-		ok "librspreload, fork mode: a forking TCP server's child took 8 MiB over rsockets"
-	fi
+	fork_verdict "librspreload, fork mode" $crc $src \
+		"a forking TCP server's child took 8 MiB over rsockets"
 else
 	bad "librspreload, fork mode: the server never listened on TCP port 7602"
 	kill $srv 2>/dev/null

@@ -268,11 +268,8 @@ preload_hosts() {
 	wait $srv
 	src=$?
 	da=$(($(tx_bytes "$NSA" cma) - a0)) db=$(($(tx_bytes "$NSB" cmb) - b0))
-	if [ $crc -ne 0 ] || [ $src -ne 0 ]; then
-		bad "librspreload: client rc $crc, server rc $src"
-		tail -3 "$TMP/cli.log" "$TMP/srv.log" | sed 's/^/    /'
-	elif ! grep -qE "^client: 8388608 [0-9]+ \(match\)" "$TMP/cli.log"; then
-		bad "librspreload: the server's count and sum do not match"; sed 's/^/    /' "$TMP/cli.log"
+	if ! echo_verdict "librspreload" $crc $src; then
+		:
 	elif [ "$tcp" -ne 0 ]; then
 		bad "librspreload: a kernel TCP socket of A listens on 7601"
 	elif [ $db -lt $((8 << 20)) ] || [ $da -le 0 ]; then
@@ -303,16 +300,8 @@ preload_fork_hosts() {
 	wait $srv
 	src=$?
 	db=$(($(tx_bytes "$NSB" cmb) - b0))
-	if [ $crc -ne 0 ] || [ $src -ne 0 ]; then
-		bad "librspreload, fork mode: client rc $crc, server rc $src"
-		tail -3 "$TMP/cli.log" "$TMP/srv.log" | sed 's/^/    /'
-	elif ! grep -qE "^client: 8388608 [0-9]+ \(match\)" "$TMP/cli.log"; then
-		bad "librspreload, fork mode: the server's count and sum do not match"
-	elif ! grep -q "qpn 0x[0-9a-f]*: created RC" "$TMP/srv.log"; then
-		bad "librspreload, fork mode: the data did not go by an RC QP of the server's child"
-	else
-		ok "librspreload, fork mode: a forking TCP server's child in A took 8 MiB over rsockets, B->A $db bytes on the veth"
-	fi
+	fork_verdict "librspreload, fork mode" $crc $src \
+		"a forking TCP server's child in A took 8 MiB over rsockets, B->A $db bytes on the veth"
 }
 preload_fork_hosts
 

@@ -62,6 +62,8 @@ struct pkt_qp {
 	uint64_t rnr_until;		/* an RNR NAK's wait, 0 when none */
 	uint32_t rewound;		/* the PSN last rewound to on a gap (one rewind per gap) */
 	bool rewind_valid;
+	bool probing;			/* after a timeout: only probe_psn goes until progress */
+	uint32_t probe_psn;
 
 	/* ---- responder: under pc->rx_lock ---- */
 	uint32_t epsn;			/* the next PSN expected */

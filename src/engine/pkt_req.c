@@ -335,6 +335,8 @@ static void transmit(struct pkt_qp *q)
 		}
 		if (reliable(q) && psn_compare(psn_add(w->psn, q->tx_pkt), q->una) >= (int32_t)window(q))
 			break;
+		if (q->probing && psn_add(w->psn, q->tx_pkt) != q->probe_psn)
+			break;	/* after a timeout, its first packet alone (above) */
 		uint32_t used = 0;
 		int err = send_one(q, w, q->tx_pkt, liov, nl, len, &used);
 		if (err == EFAULT) {
@@ -411,6 +413,7 @@ static void ack_upto(struct pkt_qp *q, uint32_t psn, uint64_t now)
 
 	if (psn_compare(next, q->una) > 0) {
 		q->una = next;
+		q->probing = false;
 		q->retry_left = q->qp->attr.retry_cnt;
 		q->rnr_left = q->qp->attr.rnr_retry == 7 ? -1 : q->qp->attr.rnr_retry;
 		q->rewind_valid = false;
@@ -681,6 +684,7 @@ void sv_pkt_sq_reset(struct sv_qp *qp)
 	q->deadline = q->rnr_until = 0;
 	q->una = q->npsn;
 	q->rewind_valid = false;
+	q->probing = false;
 }
 
 /* After a response: run, and take the QP to ERR if a WQE failed.  The
@@ -716,12 +720,21 @@ void pkt_req_rx(struct pkt_qp *q, const struct ib_bth *bth, const struct sv_link
 		return;
 	}
 	const struct ib_aeth *aeth = (const struct ib_aeth *)(p->buf + sizeof(*bth));
+	/* A probe after a timeout (q->probing) ends when the peer makes
+	 * progress (ack_upto), NAKs, or answers the probe itself: an atomic
+	 * behind una whose response was lost is answered again from the
+	 * responder's records and moves una nowhere.  Duplicate responses
+	 * of a slow responder's backlog end nothing. */
+	if (bth_psn(bth) == q->probe_psn)
+		q->probing = false;
 	if (op == IB_OP_ACK) {
 		uint8_t syn = aeth_syn(aeth);
-		if ((syn & 0xe0) == AETH_ACK)
+		if ((syn & 0xe0) == AETH_ACK) {
 			ack_upto(q, bth_psn(bth), now);
-		else
+		} else {
+			q->probing = false;
 			nak(q, syn, bth_psn(bth), now);
+		}
 	} else if (op == IB_OP_ATOMIC_ACK) {
 		atomic_ack(q, bth, p, now);
 	} else {
@@ -769,7 +782,18 @@ uint64_t pkt_req_tick(struct pkt_qp *q, uint64_t now)
 			       q->qpn, from, (unsigned long long)w->wr_id, q->retry_left);
 			q->retry_left--;
 			q->rewind_valid = false;
+			/* After a timeout only the first packet not answered goes
+			 * again until the peer answers (a loss window of one, as
+			 * TCP's after its retransmission timeout, RFC 5681 3.1):
+			 * a responder that is only slow still has the rest of
+			 * the window queued, and all of it again with every
+			 * timeout left it further behind each time, until the
+			 * retries ran out (unit.gpu.udp_slow under load).  Once
+			 * it answers (pkt_req_rx says when), the rest of the
+			 * window goes again (go-back-N). */
 			rewind_to(q, from);
+			q->probing = true;
+			q->probe_psn = from;
 			arm_timer(q, now);
 		}
 	}

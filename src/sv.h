@@ -407,6 +407,10 @@ struct sv_context {
 	struct sv_keytab mrs;		/* lkey/rkey -> MR */
 	atomic_uint nqp, ncq, npd, nsrq, nah;
 	atomic_uint wq_seq;		/* numbers of WQs and indirection tables */
+	/* Runs a verb another process asked of this context's XRC target QP
+	 * through the owner mailbox (transport/shm/owner.c): verbs/qp.c's
+	 * sv_qp_serve, handed down so that the transport calls no verb. */
+	void (*owner_serve)(struct sv_context *c, struct shm_owner_req *r);
 	/* Packets to and from other hosts (engine/pkt.c): set once, when
 	 * the first QP meets another host; read by every empty CQ poll. */
 	struct pkt_ctx *_Atomic pkt;
@@ -515,6 +519,12 @@ struct sv_srq {
 };
 
 /* A send WQE as queued: the WR copied, SGEs and inline data after it. */
+/* A send-queue WQE the device queues itself (engine/pkt_req.c): the
+ * RDMA READ of a rendezvous payload from another host, into the matched
+ * tag's buffer, and the FIN that follows it.  Neither completes to the
+ * send CQ: the READ completes the tag in the SRQ's CQ. */
+enum sv_hidden { SV_HIDDEN_NONE, SV_HIDDEN_RNDV_READ, SV_HIDDEN_FIN };
+
 struct sv_swqe {
 	uint64_t wr_id;
 	uint32_t opcode, send_flags;
@@ -538,6 +548,7 @@ struct sv_swqe {
 	uint32_t psn, npkts, got;
 	uint64_t ooo[2];		/* READ: responses got + i that came early, bit i */
 	uint8_t pstate, pstatus;	/* enum pkt_wqe_state; its error status */
+	uint8_t hidden;			/* enum sv_hidden: the device's own work, not a WR */
 	struct ibv_sge sge[];		/* num_sge entries, then inline bytes */
 };
 
@@ -573,6 +584,11 @@ struct sv_qp {
 	char *sq;
 	bool sq_from_app;		/* allocated by a parent domain's allocator */
 	uint32_t sq_size, sq_stride, sq_head, sq_count;
+	/* Of sq_count, the device's own WQEs (enum sv_hidden): a QP of a
+	 * tag-matching SRQ reads rendezvous payloads from another host and
+	 * sends their FINs on its send queue, in SV_TM_HIDDEN_WQES slots
+	 * beyond max_send_wr. */
+	uint32_t sq_hidden;
 	/* The head WQE waits for an RNR or retry timer.  Written under
 	 * sq_lock; the progress thread reads it without, as a hint, and then
 	 * takes the lock. */

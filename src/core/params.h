@@ -51,6 +51,9 @@
 #define SV_MAX_TM_OPS		4096
 #define SV_MAX_RNDV_HDR		64	/* TMH + RVH + 32 bytes of the sender's own header */
 #define SV_MAX_FIN_DUE		16	/* FINs one QP may await a receive WQE for */
+/* Send-queue slots of a tag-matching SRQ's RC QP for rendezvous from
+ * another host: a READ and its FIN each, for this many at once. */
+#define SV_TM_HIDDEN_WQES	(2 * SV_MAX_FIN_DUE)
 #define SV_MAX_DM_SIZE		(4u << 20)	/* per allocation; shared segment memory */
 #define SV_DM_MAX_LOG_ALIGN	12
 #define SV_MAX_PKEYS		1

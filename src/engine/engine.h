@@ -119,9 +119,21 @@ struct sv_tm_recv {
 	uint32_t wc_flags, imm;
 	uint64_t tag;
 	uint32_t skip;			/* header bytes that do not land */
+	/* A rendezvous that matched a tag: SV_TM_RNDV_READ, its payload to
+	 * be read from the sender (hdr: its TMH and RVH) and nothing of the
+	 * message landing; SV_TM_RNDV_SHORT, the tag's buffer too small for
+	 * that payload: the message lands whole, IBV_WC_TM_RNDV_INCOMPLETE. */
+	uint8_t rndv;
+	uint8_t hdr[32];
 };
+enum { SV_TM_EAGER, SV_TM_RNDV_READ, SV_TM_RNDV_SHORT };
+/* The decision for a message into a tag-matching SRQ from another host,
+ * at its first packet.  rndv_room: whether the receiving QP can queue a
+ * rendezvous READ now; a rendezvous is refused with RNR otherwise, before
+ * it takes a tag. */
 enum sv_result sv_tm_take_first(struct sv_target *t, struct shm_wq *wq, const uint8_t *first,
-				size_t first_len, struct shm_rwqe *out, struct sv_tm_recv *how);
+				size_t first_len, bool rndv_room, struct shm_rwqe *out,
+				struct sv_tm_recv *how);
 
 
 /* engine/raw.c: a raw packet QP's frame, to every QP whose flow rules
@@ -251,6 +263,9 @@ bool sv_route_remote(const struct sv_device *dev, const struct ibv_ah_attr *av,
 int sv_pkt_sq_run(struct sv_qp *qp);
 /* The send queue was emptied (flush, RESET); the caller holds sq_lock. */
 void sv_pkt_sq_reset(struct sv_qp *qp);
+/* The device's own WQE w (enum sv_hidden) done with status: a rendezvous
+ * READ completes its tag in the SRQ's CQ; false when that CQ overran. */
+bool sv_pkt_hidden_done(struct sv_qp *qp, const struct sv_swqe *w, enum ibv_wc_status status);
 /* A UD message to another host: one packet, no response. */
 enum sv_result sv_pkt_ud_send(struct sv_qp *qp, struct sv_swqe *w, const struct iovec *liov,
 			      int nl, uint64_t len);

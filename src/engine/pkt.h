@@ -186,6 +186,12 @@ void pkt_resp_tomb_ack(struct pkt_qp *q);
 /* pkt_req.c: a response packet for q. */
 void pkt_req_rx(struct pkt_qp *q, const struct ib_bth *bth, const struct sv_link_pkt *p);
 uint64_t pkt_req_tick(struct pkt_qp *q, uint64_t now);
+/* Rendezvous from another host into a tag-matching SRQ (engine/tm.c):
+ * whether q can queue the device's READ and FIN now, and queueing them:
+ * the READ of the payload hdr's RVH names into tag's buffer, then the
+ * FIN (the caller holds rx_lock). */
+bool pkt_req_rndv_room(struct pkt_qp *q);
+void pkt_req_rndv(struct pkt_qp *q, const struct shm_rwqe *tag, const uint8_t hdr[32]);
 /* A staged copy into GPU memory failed: the responder's WRITE at psn, or
  * the requester's READ w. */
 void pkt_resp_gpu_failed(struct pkt_qp *q, uint32_t psn);

@@ -15,7 +15,9 @@
  * packets have left.
  */
 #define _GNU_SOURCE
+#include <endian.h>
 #include <errno.h>
+#include <infiniband/tm_types.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -634,8 +636,11 @@ static int complete_head(struct pkt_qp *q)
 		if (w->pstate != PW_DONE && w->pstate != PW_ERROR)
 			break;
 		bool err = w->pstate == PW_ERROR;
-		bool ok = sv_wqe_complete(qp, w, err ? (enum ibv_wc_status)w->pstatus : IBV_WC_SUCCESS,
-					  sv_wqe_len(w));
+		enum ibv_wc_status st = err ? (enum ibv_wc_status)w->pstatus : IBV_WC_SUCCESS;
+		bool ok = w->hidden ? sv_pkt_hidden_done(qp, w, st) :
+			  sv_wqe_complete(qp, w, st, sv_wqe_len(w));
+		if (w->hidden)
+			qp->sq_hidden--;
 		qp->sq_head = (qp->sq_head + 1) % qp->sq_size;
 		qp->sq_count--;
 		q->nassigned--;
@@ -800,6 +805,98 @@ uint64_t pkt_req_tick(struct pkt_qp *q, uint64_t now)
 	next = q->rnr_until ? q->rnr_until : q->deadline;
 	run_after_rx(qp);
 	return next;
+}
+
+/* ---- rendezvous from another host (engine/tm.c) ---- */
+
+/* The slots beyond max_send_wr an RC QP of a tag-matching SRQ has
+ * (verbs/qp.c). */
+static uint32_t hidden_slots(const struct sv_qp *qp)
+{
+	return qp->srq && qp->srq->wq && qp->srq->wq->tm_tags ? SV_TM_HIDDEN_WQES : 0;
+}
+
+bool pkt_req_rndv_room(struct pkt_qp *q)
+{
+	struct sv_qp *qp = q->qp;
+
+	pthread_mutex_lock(&qp->sq_lock);
+	bool room = qp->sq_hidden + 2 <= hidden_slots(qp);
+	pthread_mutex_unlock(&qp->sq_lock);
+	return room;
+}
+
+/*
+ * What a device does for a rendezvous that matched (rdma-core's
+ * Documentation/tag_matching.md): it reads the payload the RVH names
+ * from the sender into the tag's buffer, on this QP, and then sends the
+ * sender the FIN, the TMH and RVH with opcode FIN, into a receive WQE
+ * of the sending QP.  Both are WQEs of this QP's send queue that no WR
+ * posted (enum sv_hidden), so they take PSNs, are retried and fail as
+ * any other: the FIN is fenced behind the READ (10.8.3.3), and the READ
+ * completes the tag in the SRQ's CQ (sv_pkt_hidden_done).  The room was
+ * checked at the message's first packet, and only this QP's reception
+ * queues them.
+ */
+void pkt_req_rndv(struct pkt_qp *q, const struct shm_rwqe *tag, const uint8_t hdr[32])
+{
+	struct sv_qp *qp = q->qp;
+	struct ibv_tmh tmh;
+	struct ibv_rvh rvh;
+
+	memcpy(&tmh, hdr, sizeof(tmh));
+	memcpy(&rvh, hdr + sizeof(tmh), sizeof(rvh));
+	pthread_mutex_lock(&qp->sq_lock);
+	if (qp->sq_hidden + 2 > hidden_slots(qp)) {
+		pthread_mutex_unlock(&qp->sq_lock);
+		return;
+	}
+	struct sv_swqe *rd = sv_sq_slot(qp, qp->sq_head + qp->sq_count);
+	sv_swqe_init(qp, rd, tag->wr_id, IBV_WR_RDMA_READ, 0);
+	rd->hidden = SV_HIDDEN_RNDV_READ;
+	rd->remote_addr = be64toh(rvh.va);
+	rd->rkey = be32toh(rvh.rkey);
+	/* The tag's buffer, up to the payload's length (engine/tm.c
+	 * checked that it holds it). */
+	uint64_t left = be32toh(rvh.len);
+	for (uint32_t i = 0; i < tag->num_sge && left; i++) {
+		struct ibv_sge s = tag->sge[i];
+		if (s.length > left)
+			s.length = (uint32_t)left;
+		left -= s.length;
+		rd->sge[rd->num_sge++] = s;
+	}
+	struct sv_swqe *fin = sv_sq_slot(qp, qp->sq_head + qp->sq_count + 1);
+	sv_swqe_init(qp, fin, tag->wr_id, IBV_WR_SEND, IBV_SEND_FENCE);
+	fin->hidden = SV_HIDDEN_FIN;
+	tmh.opcode = IBV_TMH_FIN;
+	char *in = sv_swqe_inline(qp, fin);
+	memcpy(in, &tmh, sizeof(tmh));
+	memcpy(in + sizeof(tmh), &rvh, sizeof(rvh));
+	fin->inline_len = sizeof(tmh) + sizeof(rvh);
+	qp->sq_count += 2;
+	qp->sq_hidden += 2;
+	run_after_rx(qp);
+}
+
+bool sv_pkt_hidden_done(struct sv_qp *qp, const struct sv_swqe *w, enum ibv_wc_status status)
+{
+	/* A FIN completes nothing; one that fails has failed the QP. */
+	if (w->hidden != SV_HIDDEN_RNDV_READ)
+		return true;
+	/* The tag's second completion, as shm's (engine/tm.c): its data, or
+	 * the READ's error (IBA 11.6.3.1: the QP goes to ERR). */
+	bool ok = status == IBV_WC_SUCCESS;
+	struct shm_hdr *seg = qp->ctx->seg.h;
+	struct shm_cqe e = { .wr_id = w->wr_id, .status = status, .opcode = IBV_WC_TM_RECV,
+			     .wc_flags = ok ? IBV_WC_TM_DATA_VALID : 0,
+			     .byte_len = ok ? (uint32_t)sv_wqe_len(w) : 0,
+			     .qp_num = qp->ex.qp_base.qp_num, .src_qp = qp->pq->dest_qpn };
+	if (sv_cq_push(seg, shm_at(seg, qp->srq->wq->cq_off), &e))
+		return true;
+	sv_warn("qpn 0x%x: SRQ CQ overrun, the rendezvous completion of wr_id 0x%llx lost",
+		qp->ex.qp_base.qp_num, (unsigned long long)w->wr_id);
+	return false;
 }
 
 void pkt_req_gpu_failed(struct pkt_qp *q, struct sv_swqe *w, bool locked)

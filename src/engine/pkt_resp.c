@@ -161,14 +161,14 @@ static enum sv_result place_recv(struct pkt_qp *q, struct sv_target *t, const ui
  * requester's retries end in IBV_WC_RETRY_EXC_ERR, which IBA allows for
  * a message that was delivered (C9-140).
  */
-static void complete_recv(struct pkt_qp *q, struct sv_target *t, enum ibv_wc_opcode op,
+static bool complete_recv(struct pkt_qp *q, struct sv_target *t, enum ibv_wc_opcode op,
 			  uint32_t len, uint32_t src_qp, uint32_t wc_flags, uint32_t imm, bool se,
 			  uint32_t psn)
 {
 	/* The completion follows the data; a run of this QP's that failed
 	 * has failed the QP, and nothing completes. */
 	if (pkt_gpu_flush_held(q->pc, NULL) == q)
-		return;
+		return false;
 	if (rc(q)) {
 		want_ack(q, psn);
 		q->acked = true;
@@ -182,6 +182,35 @@ static void complete_recv(struct pkt_qp *q, struct sv_target *t, enum ibv_wc_opc
 
 	q->have_wqe = false;
 	sv_cq_push(t->seg, shm_at(t->seg, t->rcq_off), &e);
+	return true;
+}
+
+/*
+ * The end of a rendezvous message that matched a tag (engine/tm.c): the
+ * match completes, then either the message, landed whole in a buffer too
+ * small for the payload, completes IBV_WC_TM_RNDV_INCOMPLETE, or this
+ * QP's device reads the payload from the sender and sends it the FIN
+ * (pkt_req_rndv).  The SEND's ACK leaves first: on the wire it precedes
+ * the READ, so the sender sees its SEND complete before the FIN arrives,
+ * as the shm path orders them.
+ */
+static void rndv_done(struct pkt_qp *q, struct sv_target *t, bool se, uint32_t psn)
+{
+	const struct sv_tm_recv *h = &q->tm_how;
+	uint64_t wr_id = q->rwqe.w.wr_id;
+
+	if (!complete_recv(q, t, IBV_WC_TM_RECV, 0, q->dest_qpn, IBV_WC_TM_MATCH, h->imm, se, psn))
+		return;
+	if (h->rndv == SV_TM_RNDV_SHORT) {
+		struct shm_cqe e = { .wr_id = wr_id, .status = IBV_WC_TM_RNDV_INCOMPLETE,
+				     .opcode = IBV_WC_TM_RECV, .byte_len = (uint32_t)q->off,
+				     .qp_num = t->qp->qpn, .src_qp = q->dest_qpn, .tag = h->tag,
+				     .imm = h->imm };
+		sv_cq_push(t->seg, shm_at(t->seg, t->rcq_off), &e);
+		return;
+	}
+	pkt_resp_ack(q);
+	pkt_req_rndv(q, &q->rwqe.w, h->hdr);
 }
 
 /* The 40 bytes before a UD message: the IPv6 header it came with, or for
@@ -644,7 +673,8 @@ void pkt_resp_rx(struct pkt_qp *q, const struct ib_bth *bth, const struct sv_lin
 	if ((f & IBH_FIRST) && twq) {
 		/* Tag matching decides at the first packet: its TMH. */
 		if (!q->have_wqe) {
-			enum sv_result r = sv_tm_take_first(&t, twq, data, plen, &q->rwqe.w,
+			enum sv_result r = sv_tm_take_first(&t, twq, data, plen,
+							    pkt_req_rndv_room(q), &q->rwqe.w,
 							    &q->tm_how);
 			if (r == SV_R_RNR) {
 				rnr(q, psn);
@@ -677,7 +707,11 @@ void pkt_resp_rx(struct pkt_qp *q, const struct ib_bth *bth, const struct sv_lin
 		}
 		q->off = 0;
 	}
-	enum sv_result r = place_recv(q, &t, data, plen, 0, NULL, 0);
+	enum sv_result r = SV_R_OK;
+	if (q->tm && q->tm_how.rndv == SV_TM_RNDV_READ)
+		q->off += plen;	/* headers only: the payload is read from the sender */
+	else
+		r = place_recv(q, &t, data, plen, 0, NULL, 0);
 	if (r != SV_R_OK) {
 		if (!rc(q)) {
 			q->cur = 0;
@@ -710,9 +744,12 @@ void pkt_resp_rx(struct pkt_qp *q, const struct ib_bth *bth, const struct sv_lin
 		q->msn = psn_add(q->msn, 1);
 		if (q->tm) {
 			t.rcq_off = twq ? twq->cq_off : t.rcq_off;
-			complete_recv(q, &t, (enum ibv_wc_opcode)q->tm_how.opcode, (uint32_t)q->off,
-				      q->dest_qpn, q->tm_how.wc_flags, q->tm_how.imm, bth_se(bth),
-				      psn);
+			if (q->tm_how.rndv)
+				rndv_done(q, &t, bth_se(bth), psn);
+			else
+				complete_recv(q, &t, (enum ibv_wc_opcode)q->tm_how.opcode,
+					      (uint32_t)q->off, q->dest_qpn, q->tm_how.wc_flags,
+					      q->tm_how.imm, bth_se(bth), psn);
 			q->tm = false;
 		} else {
 			complete_recv(q, &t, IBV_WC_RECV, (uint32_t)q->off, q->dest_qpn, flags, iv,

@@ -24,7 +24,7 @@ void sv_qp_enter_state(struct sv_qp *qp, enum ibv_qp_state cur, enum ibv_qp_stat
 		 * without completions (IBA 10.3.1.1). */
 		memset(&qp->attr, 0, sizeof(qp->attr));
 		pthread_mutex_lock(&qp->sq_lock);
-		qp->sq_count = 0;
+		qp->sq_count = qp->sq_hidden = 0;
 		qp->fin_n = 0;
 		atomic_store_explicit(&qp->fins_due, 0, memory_order_relaxed);
 		atomic_store_explicit(&qp->rnr_waiting, false, memory_order_relaxed);

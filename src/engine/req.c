@@ -282,7 +282,7 @@ int sv_post_send(struct ibv_qp *ib, struct ibv_send_wr *wr, struct ibv_send_wr *
 	prefetch_receiver(qp, wr);
 	for (; wr; wr = wr->next) {
 		ret = check_wr(qp, wr, &why);
-		if (!ret && qp->sq_count >= qp->cap.max_send_wr) {
+		if (!ret && qp->sq_count - qp->sq_hidden >= qp->cap.max_send_wr) {
 			ret = ENOMEM;
 			why = "the send queue is full (max_send_wr outstanding)";
 		}
@@ -1013,7 +1013,12 @@ void sv_sq_flush(struct sv_qp *qp)
 		struct shm_cqe e = { .wr_id = w->wr_id, .status = IBV_WC_WR_FLUSH_ERR,
 				     .opcode = wr_info[w->opcode].wc,
 				     .qp_num = qp->ex.qp_base.qp_num };
-		sv_cq_push(qp->ctx->seg.h, qp->scq->sh, &e);
+		if (!w->hidden) {
+			sv_cq_push(qp->ctx->seg.h, qp->scq->sh, &e);
+		} else {
+			sv_pkt_hidden_done(qp, w, IBV_WC_WR_FLUSH_ERR);
+			qp->sq_hidden--;
+		}
 		qp->sq_head = (qp->sq_head + 1) % qp->sq_size;
 		qp->sq_count--;
 	}

@@ -251,21 +251,27 @@ enum sv_result sv_tm_deliver(struct sv_qp *qp, const struct sv_swqe *w, struct s
 }
 
 enum sv_result sv_tm_take_first(struct sv_target *t, struct shm_wq *wq, const uint8_t *first,
-				size_t first_len, struct shm_rwqe *out, struct sv_tm_recv *how)
+				size_t first_len, bool rndv_room, struct shm_rwqe *out,
+				struct sv_tm_recv *how)
 {
 	struct tm_hdr h = { 0 };
 	bool rndv_matched;
 
 	memcpy(&h, first, first_len < sizeof(h) ? first_len : sizeof(h));
-	if (first_len >= sizeof(h) && h.tmh.opcode == IBV_TMH_RNDV) {
-		/* A match would take the tag, and its payload is to be read
-		 * from the sender by this side's device: across hosts that
-		 * READ is not built, so the message is refused before anything
-		 * is taken (README, "Across hosts, not yet"). */
-		snprintf(t->why, sizeof(t->why), "a rendezvous message (tag 0x%llx) from another "
-			 "host: softverbs reads rendezvous payloads on one host only",
-			 (unsigned long long)be64toh(h.tmh.tag));
-		return SV_R_NAK_INV_REQ;
-	}
-	return decide(t, wq, &h, first_len, out, how, &rndv_matched);
+	/* A rendezvous's READ and FIN need slots of the receiving QP's own
+	 * (engine/pkt_req.c): without them the message waits, as for a
+	 * missing receive WQE (9.7.5.2.8), before it can take a tag. */
+	if (first_len >= sizeof(h) && h.tmh.opcode == IBV_TMH_RNDV && !rndv_room)
+		return SV_R_RNR;
+	enum sv_result r = decide(t, wq, &h, first_len, out, how, &rndv_matched);
+	if (r != SV_R_OK || !rndv_matched)
+		return r;
+	/* The match completes at the message's end; then the payload is
+	 * read from the sender (the device's READ), or, when the tag's
+	 * buffer cannot hold it, the message itself lands there. */
+	memcpy(how->hdr, &h, sizeof(h));
+	how->wc_flags = IBV_WC_TM_MATCH;
+	how->rndv = be32toh(h.rvh.len) > wqe_capacity(out) ? SV_TM_RNDV_SHORT : SV_TM_RNDV_READ;
+	how->skip = 0;
+	return SV_R_OK;
 }

@@ -69,7 +69,7 @@ static struct sv_swqe *begin(struct ibv_qp_ex *qx, enum ibv_wr_opcode op)
 		qp->wr_err = EINVAL;
 		return NULL;
 	}
-	if (qp->sq_count + qp->wr_n >= qp->cap.max_send_wr) {
+	if (qp->sq_count - qp->sq_hidden + qp->wr_n >= qp->cap.max_send_wr) {
 		qp->wr_err = ENOMEM;
 		return NULL;
 	}

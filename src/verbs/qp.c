@@ -198,10 +198,17 @@ static int qp_alloc_queues(struct sv_context *c, struct sv_qp *qp,
 		qp->rq->lockfree = 1;
 		qp->rq_bytes = sv_seg_wq_bytes(qp->rq);
 	}
-	qp->sq_size = a->cap.max_send_wr ? a->cap.max_send_wr : 1;
-	qp->sq_stride = (uint32_t)((sizeof(struct sv_swqe) +
-				    (a->cap.max_send_sge ? a->cap.max_send_sge : 1) *
-				    sizeof(struct ibv_sge) + SV_MAX_INLINE_DATA + 15) & ~15ul);
+	/* An RC QP of a tag-matching SRQ has slots of the device's own
+	 * beyond max_send_wr, each room for a tag's scatter list: the READs
+	 * and FINs of rendezvous from another host (engine/pkt_req.c). */
+	struct sv_srq *srq = a->srq ? sv_srq(a->srq) : NULL;
+	bool tm = srq && srq->wq && srq->wq->tm_tags && a->qp_type == IBV_QPT_RC;
+	uint32_t sges = a->cap.max_send_sge ? a->cap.max_send_sge : 1;
+	if (tm && sges < SV_MAX_SRQ_SGE)
+		sges = SV_MAX_SRQ_SGE;
+	qp->sq_size = (a->cap.max_send_wr ? a->cap.max_send_wr : 1) + (tm ? SV_TM_HIDDEN_WQES : 0);
+	qp->sq_stride = (uint32_t)((sizeof(struct sv_swqe) + sges * sizeof(struct ibv_sge) +
+				    SV_MAX_INLINE_DATA + 15) & ~15ul);
 	qp->sq = sv_pd_alloc(sv_pd(a->pd), (size_t)qp->sq_size * qp->sq_stride, 64, &qp->sq_from_app);
 	return qp->sq ? 0 : ENOMEM;
 }

@@ -93,6 +93,7 @@ static struct ibv_context *context_open(struct sv_device *dev, struct shm_hdr *h
 	pthread_mutex_init(&c->vctx.context.mutex, NULL);
 	pthread_mutex_init(&c->lock, NULL);
 	set_ops(c);
+	c->owner_serve = sv_qp_serve;
 
 	ret = sv_evq_init(&c->async);
 	if (ret)

@@ -44,7 +44,7 @@ void sv_owner_serve(struct sv_context *c)
 		return;
 	o->r.status = 0;
 	o->r.why[0] = 0;
-	sv_qp_serve(c, &o->r);
+	c->owner_serve(c, &o->r);
 	atomic_store_explicit(&o->done, req, memory_order_release);
 	syscall(SYS_futex, &o->done, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }

@@ -233,6 +233,15 @@ static size_t frame_headers(const struct sv_flow *f, const struct iovec *pkt, in
 }
 
 /* Writes all of iov[0..n), short writes continued; 0 or an errno. */
+/* sendmsg(2) of the whole datagram, again after a signal: 0 or errno. */
+static int send_datagram(int sock, const struct msghdr *m)
+{
+	while (sendmsg(sock, m, 0) < 0)
+		if (errno != EINTR)
+			return errno;
+	return 0;
+}
+
 static int write_all(int fd, struct iovec *iov, int n)
 {
 	while (n > 0) {
@@ -307,10 +316,8 @@ static int capture(const struct sv_flow *f, const struct iovec *pkt, int n, size
 	}
 
 	pthread_mutex_lock(&pcap_lock);
-	if (m) {
-		while ((sent = sendmsg(sock, m, 0) < 0 ? errno : 0) == EINTR)
-			;
-	}
+	if (m)
+		sent = send_datagram(sock, m);
 	fd = atomic_load_explicit(&pcap_fd, memory_order_relaxed);
 	if (fd >= 0 && pcap_per_pid && pcap_pid != sv_pid()) {
 		/* A fork child: its frames go to its own file; the parent's
@@ -346,8 +353,5 @@ int sv_pcap_send(int sock, const struct msghdr *m, const struct sv_flow *f, cons
 {
 	if (sv_pcap_on())
 		return capture(f, pkt, n, len, sock, m);
-	while (sendmsg(sock, m, 0) < 0)
-		if (errno != EINTR)
-			return errno;
-	return 0;
+	return send_datagram(sock, m);
 }

@@ -232,7 +232,6 @@ static size_t frame_headers(const struct sv_flow *f, const struct iovec *pkt, in
 	return (size_t)(udp + UDP_HDR - h);
 }
 
-/* Writes all of iov[0..n), short writes continued; 0 or an errno. */
 /* sendmsg(2) of the whole datagram, again after a signal: 0 or errno. */
 static int send_datagram(int sock, const struct msghdr *m)
 {
@@ -242,6 +241,7 @@ static int send_datagram(int sock, const struct msghdr *m)
 	return 0;
 }
 
+/* Writes all of iov[0..n), short writes continued; 0 or an errno. */
 static int write_all(int fd, struct iovec *iov, int n)
 {
 	while (n > 0) {

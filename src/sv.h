@@ -21,7 +21,7 @@
 #include <stdint.h>
 
 #include "core/params.h"
-#include "transport/shm/shm.h"
+#include "core/seg.h"
 
 #define SV_EXPORT __attribute__((visibility("default")))
 #define SV_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
@@ -411,6 +411,10 @@ struct sv_context {
 	 * through the owner mailbox (transport/shm/owner.c): verbs/qp.c's
 	 * sv_qp_serve, handed down so that the transport calls no verb. */
 	void (*owner_serve)(struct sv_context *c, struct shm_owner_req *r);
+	/* The transports (engine/engine.h struct sv_transport_ops), bound
+	 * when the context opens: to contexts of this host (shm) and of
+	 * other hosts (udp). */
+	const struct sv_transport_ops *tp_mem, *tp_link;
 	/* Packets to and from other hosts (engine/pkt.c): set once, when
 	 * the first QP meets another host; read by every empty CQ poll. */
 	struct pkt_ctx *_Atomic pkt;
@@ -698,29 +702,14 @@ struct sv_rwq_ind {
 /* core/registry.c: the file of endpoint ep of process pid. */
 void sv_seg_name(char *buf, size_t len, int32_t pid, uint32_t ep);
 
-/* transport/shm/seg.c */
+/* core/seg.c: the context's segment (core/seg.h) */
 int sv_seg_create(struct sv_seg *s, uint32_t ep, uint32_t dev_index);
+/* A new segment's deferred-placement ring (transport/shm/defer.c uses it). */
+void sv_seg_defer_init(struct shm_hdr *h);
 struct shm_hdr *sv_seg_map_fd(int fd);
-int sv_seg_await(const struct shm_hdr *t, _Atomic uint32_t *done, uint32_t seq,
-		 struct shm_hdr *own);
 /* The context of segment t has closed, or (check_pid: a /proc read, so
  * not on every spin) its process has died. */
 bool sv_seg_gone(const struct shm_hdr *t, bool check_pid);
-/* transport/shm/defer.c */
-void sv_defer_init(struct shm_hdr *h);	/* a new segment's ring */
-uint8_t sv_defer_put(struct shm_hdr *h, struct shm_hdr *own, const struct iovec *src, int ns,
-		     const struct iovec *dst, int nd, uint64_t len);
-void sv_defer_place(struct shm_hdr *h, struct shm_hdr *own, uint8_t defer);
-/* The slot a sender that just used slot defer - 1 fills next, as the
- * receiver guesses it; the slot the next sv_defer_put() fills, as a
- * sender knows it. */
-const void *sv_defer_next(const struct shm_hdr *h, uint8_t defer);
-const void *sv_defer_next_put(const struct shm_hdr *h);
-void sv_defer_flush(struct shm_hdr *h, struct shm_hdr *own);
-void sv_defer_solo(struct shm_hdr *h, bool solo);
-/* memcpy between two scatter lists of equal length, cuMemcpy where one
- * side is device memory: 0, or EFAULT when the driver refused. */
-int sv_copy_iov(const struct iovec *d, int nd, const struct iovec *s, int ns);
 void sv_seg_unmap(struct shm_hdr *h);
 void sv_seg_destroy(struct sv_seg *s);
 uint64_t sv_seg_alloc(struct sv_seg *s, uint64_t size);
@@ -729,7 +718,11 @@ struct shm_wq *sv_seg_new_wq(struct sv_seg *s, uint32_t size, uint32_t max_sge, 
 uint64_t sv_seg_wq_bytes(const struct shm_wq *wq);
 /* Where a queue's slots start when they are still in its first block. */
 uint64_t sv_seg_wq_slots(uint64_t wq_off);
-void sv_seg_register_local(struct shm_hdr *h, bool add);
+/* This process's contexts' segments: h opens (add) or closes.  solo is
+ * told, under the list's lock, which segments are now alone in the
+ * process (true) or no longer (false). */
+void sv_seg_register_local(struct shm_hdr *h, bool add,
+			   void (*solo)(struct shm_hdr *h, bool solo));
 /* Another open context's segment of this process, or NULL. */
 struct shm_hdr *sv_seg_local_other(const struct shm_hdr *not);
 struct shm_hdr *sv_seg_peer(uint32_t ep, int32_t pid, uint64_t start_time);
@@ -748,7 +741,13 @@ void sv_shm_unlock(pthread_mutex_t *m);
 void sv_own_lock(_Atomic uint32_t *l);
 void sv_own_unlock(_Atomic uint32_t *l);
 
-/* transport/shm/copy.c: moving bytes between processes */
+/* core/iov.c: scatter lists in this process */
+/* memcpy between two scatter lists of equal length, cuMemcpy where one
+ * side is device memory: 0, or EFAULT when the driver refused. */
+int sv_copy_iov(const struct iovec *d, int nd, const struct iovec *s, int ns);
+/* Cuts [off, off + len) out of an iovec list into out; returns its count. */
+int sv_iov_slice(const struct iovec *v, int n, size_t off, size_t len, struct iovec *out);
+
 static inline void sv_cpu_relax(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
@@ -772,82 +771,6 @@ static inline void sv_prefetchw(const void *p)
 	__builtin_prefetch(p, 1);
 #endif
 }
-
-/* One process_vm_writev (write) or process_vm_readv call, repeated for
- * what a short transfer left: 0 or an errno. */
-int sv_cma(bool write, int32_t pid, const struct iovec *l, int nl, const struct iovec *r, int nr);
-/* Cuts [off, off + len) out of an iovec list into out; returns its count. */
-int sv_iov_slice(const struct iovec *v, int n, size_t off, size_t len, struct iovec *out);
-/* Copies local -> remote (write) or remote -> local (read), the remote
- * side being memory of the process that owns segment `target`; `own` is
- * the initiator's segment, whose bounce mailbox it serves while it waits.
- * 0 or an errno. */
-int sv_copy_to(struct shm_hdr *target, struct shm_hdr *own, const struct iovec *l, int nl,
-	       const struct iovec *r, int nr);
-int sv_copy_from(struct shm_hdr *target, struct shm_hdr *own, const struct iovec *l, int nl,
-		 const struct iovec *r, int nr);
-/* The remote iovecs were translated into this process's mapping of the
- * target's shareable memory (transport/shm/direct.c): a plain memcpy. */
-int sv_copy_mapped(struct shm_hdr *own, bool write, const struct iovec *l, int nl,
-		   const struct iovec *r, int nr);
-
-/* transport/shm/direct.c: shareable memory, mapped by peers */
-/* One line of /proc/self/maps. */
-struct sv_vma {
-	uintptr_t start, end;
-	uint64_t offset, ino;
-	unsigned maj, min;
-	char perms[5];
-	char path[256];
-};
-/* Calls fn on each mapping of [addr, +len) in address order until it
- * answers false: 1 when the mappings cover the range without a gap and fn
- * accepted each, 0 when not, -1 when /proc/self/maps cannot be read. */
-int sv_vma_walk(const void *addr, size_t len, bool (*fn)(const struct sv_vma *v, void *arg),
-		void *arg);
-/* Owner: describes how peers can map [addr, +len) (SysV shm, or a named
- * MAP_SHARED file); 0 when they cannot. */
-uint64_t sv_direct_describe(struct sv_seg *s, const void *addr, size_t len);
-/* Peer: this process's address for target address va of MR m, or NULL. */
-void *sv_direct_map(const struct shm_hdr *seg, const struct shm_mr *m, uint64_t va, uint64_t len);
-/* The owner's side of the bounce path: serves a pending request. */
-void sv_bounce_serve(struct shm_hdr *own);
-/* True when this thread is the one to serve request req of mailbox b. */
-bool sv_bounce_claim(struct shm_bounce *b, uint32_t req);
-
-/* transport/shm/gpu_ipc.c: GPU MRs between processes, by CUDA IPC */
-/* Owner: the share entry of a GPU MR (its IPC handle); 0 with why. */
-uint64_t sv_gpu_describe(struct sv_seg *s, const struct sv_gpu_mem *g, const void *addr,
-			 char *why, size_t wlen);
-/* Owner, deregistering: every importer has closed it (or 2 s passed). */
-void sv_gpu_release(struct shm_hdr *h, uint64_t share_off);
-/* Peer: this process's address of va in held GPU MR m of segment seg,
- * opened once and kept; `via` is the initiator's context segment. */
-void *sv_gpu_map(const struct shm_hdr *seg, const struct shm_mr *m, uint64_t va,
-		 const struct shm_hdr *via, char *why, size_t wlen);
-/* Peer: closes what is no longer registered, or what context `via` opened. */
-void sv_gpu_sweep(void);
-void sv_gpu_forget(const struct shm_hdr *via);
-
-/* transport/shm/assist.c: large CMA copies split with the target */
-/* Copies as sv_copy_to/from do by CMA, with the target's progress thread
- * moving part of it; false when the mailbox is busy or the split failed,
- * and the caller then copies it all itself (the copy is idempotent). */
-bool sv_assist_copy(struct shm_hdr *t, bool write, const struct iovec *l, int nl,
-		    const struct iovec *r, int nr, size_t len);
-/* An 8-byte FETCH_ADD or CMP_SWP at addr (the target's address) answered by
- * the target's progress thread while it lingers after recent work; the
- * caller holds t's atomic_lock.  false: do it by CMA (the helper was not
- * polling, or did not take it in time). */
-bool sv_assist_atomic(struct shm_hdr *t, enum ibv_wr_opcode op, void *addr, uint64_t compare_add,
-		      uint64_t swap, uint64_t *old);
-/* The target's side: takes chunks of the open job and atomics, then polls
- * for more a little while.  Called by the progress thread; true when it is
- * still polling and returned only to let the thread's other work run: the
- * thread then comes back without sleeping. */
-bool sv_assist_serve(struct shm_hdr *own);
-/* The progress thread ends: it polls no more. */
-void sv_assist_stop(struct shm_hdr *own);
 
 /* engine/comp.c: completions */
 /* Adds a completion to a CQ in segment h; raises the channel event when
@@ -949,19 +872,12 @@ struct ibv_pd *sv_alloc_parent_domain(struct ibv_context *ctx,
 /* Count an object in or out of a PD, here and in its shared slot. */
 void sv_pd_users_add(struct sv_pd *pd, int d);
 void sv_pd_release(void *pd);
-/* transport/shm/owner.c and its verbs (verbs/qp.c) */
-int sv_owner_call(struct shm_hdr *t, struct shm_owner_req *r);
-void sv_owner_serve(struct sv_context *c);
+/* The owner mailbox's verbs (transport/shm/owner.c runs them). */
 void sv_qp_serve(struct sv_context *c, struct shm_owner_req *r);	/* a context's close: its handle, and what it allocated */
 /* Verbs that write the key table need it to be this process's. */
 bool sv_keys_own(struct ibv_context *ctx, const char *verb);
 void *sv_pd_alloc(struct sv_pd *pd, size_t size, size_t align, bool *from_app);
 void sv_pd_free(struct sv_pd *pd, void *p, bool from_app);
-
-/* transport/shm/copy.c, counted by verbs/mr.c: ODP MRs in this process;
- * copies within the process may then meet unmapped pages and go through
- * the kernel instead of memcpy. */
-extern atomic_int sv_odp_mrs;
 
 /* verbs/mr.c */
 int sv_mr_check_access(int access, const char **why);

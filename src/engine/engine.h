@@ -8,6 +8,9 @@
 #ifndef SV_ENGINE_H
 #define SV_ENGINE_H
 
+#include <errno.h>
+#include <stdio.h>
+
 #include "../sv.h"
 
 #define SV_RESULTS(X)							\
@@ -52,6 +55,7 @@ struct sv_target {
 	int32_t pid;		/* whose memory: mseg's owner */
 	struct shm_hdr *own;	/* the initiator's segment */
 	struct sv_map_cache *cache;	/* the initiating QP's */
+	const struct sv_transport_ops *tp;	/* how the initiator reaches seg: tp_mem */
 	bool mapped;		/* the last buffer resolved is mapped here (direct path) */
 	char why[SV_WHY_LEN];	/* the failed check, for explain mode */
 };
@@ -87,6 +91,11 @@ void sv_resp_fail(struct sv_target *t, const struct shm_rwqe *wqe, enum ibv_wc_s
 enum sv_result sv_resp_recv_iov(struct sv_target *t, const struct shm_rwqe *w, struct iovec *iov,
 				uint64_t *cap, struct shm_mr **held);
 void sv_resp_recv_put(struct sv_target *t, const struct shm_rwqe *w, struct shm_mr **held);
+/* Moves bytes between the local list l and the target's memory r (this
+ * process's mapping of it when t->mapped): to r when write.  0 or an
+ * errno. */
+#define sv_target_move(t, write, l, nl, r, nr)					\
+	((t)->tp->move((t)->mseg, (t)->own, (write), (t)->mapped, (l), (nl), (r), (nr)))
 
 /* engine/req.c: delivering a message (msg, len bytes; data false for
  * WRITE_WITH_IMM, whose bytes have landed) into the receive WQE rw the
@@ -154,8 +163,8 @@ bool sv_wr_opcode_ok(struct sv_qp *qp, enum ibv_wr_opcode op);
  * A QP whose peer is on another host speaks IBA packets: the requester
  * segments its WQEs and keeps RC reliable (IBA 9.7), the responder runs
  * the checks above in this process against its own segment.  Packets go
- * through a link, a transport that implements sv_link_ops (RoCEv2 over
- * UDP: transport/udp); the engine includes no transport header.
+ * through a link, the packet slots of a transport (RoCEv2 over UDP:
+ * transport/udp); the engine includes no transport header.
  */
 #include <netinet/in.h>
 
@@ -186,9 +195,61 @@ struct sv_link_pkt {
 	struct sv_route route;
 };
 
+/*
+ * A transport, as the engine sees it: one ops table, which the shm and the
+ * udp transports both implement.  Its slots come in two kinds, the two
+ * ways a verb reaches its peer:
+ *   - memory: a context of this host, whose segment and MRs the initiator
+ *     reaches itself, running the responder's checks there (shm);
+ *   - packets: a context of another host, reached through a link that
+ *     carries the packet engine's packets (udp).
+ * A transport fills the slots of its kind and starts from SV_TP_NO_MEMORY
+ * or SV_TP_NO_PACKETS for the others, so every slot can be called and
+ * fails cleanly where it does not apply (as libfabric's fi_no_* and
+ * rdma-core's dummy ops do).  The verbs that open a context bind its two
+ * (sv_context.tp_mem, tp_link); the engine names no transport.
+ */
 struct sv_link_ep;
-struct sv_link_ops {
+struct sv_transport_ops {
 	const char *name;
+
+	/* ---- memory (transport/shm) ---- */
+	/* Moves the bytes of local list l to (write) or from r, memory of
+	 * the process owning segment target; mapped: r is this process's
+	 * mapping of it (map, map_gpu).  own, the initiator's segment, is
+	 * served while the move waits on target.  0 or an errno. */
+	int (*move)(struct shm_hdr *target, struct shm_hdr *own, bool write, bool mapped,
+		    const struct iovec *l, int nl, const struct iovec *r, int nr);
+	/* This process's address of target address va of held MR m of
+	 * segment seg (len bytes from va), when its memory can be mapped
+	 * here; NULL to move instead. */
+	void *(*map)(const struct shm_hdr *seg, const struct shm_mr *m, uint64_t va, uint64_t len);
+	/* The same for a GPU MR, the only way to another process's one;
+	 * NULL with the reason in why.  via: the initiator's segment. */
+	void *(*map_gpu)(const struct shm_hdr *seg, const struct shm_mr *m, uint64_t va,
+			 const struct shm_hdr *via, char *why, size_t len);
+	/* An 8-byte FETCH_ADD or CMP_SWP at addr in t's process, answered
+	 * by t's own thread; the caller holds t's atomic_lock.  false: move
+	 * the bytes instead. */
+	bool (*atomic)(struct shm_hdr *t, enum ibv_wr_opcode op, void *addr, uint64_t compare_add,
+		       uint64_t swap, uint64_t *old);
+	/* Deferred placement: a small SEND's bytes left in h's segment for
+	 * its owner to place when it polls the completion (their slot, or
+	 * 0: move them now); placing one; the slot the next put fills, for
+	 * a prefetch; placing every pending one before an access that must
+	 * see them. */
+	uint8_t (*defer_put)(struct shm_hdr *h, struct shm_hdr *own, const struct iovec *src,
+			     int ns, const struct iovec *dst, int nd, uint64_t len);
+	void (*defer_place)(struct shm_hdr *h, struct shm_hdr *own, uint8_t defer);
+	const void *(*defer_next)(const struct shm_hdr *h);
+	void (*defer_flush)(struct shm_hdr *h, struct shm_hdr *own);
+	/* The context's progress thread's turn at what peers asked of it
+	 * (copies, atomics, mailboxes): true while it should come back
+	 * without sleeping.  stop: the thread ends. */
+	bool (*serve)(struct sv_context *c);
+	void (*stop)(struct sv_context *c);
+
+	/* ---- packets (transport/udp) ---- */
 	/* The context's endpoint: from now on every packet for the
 	 * context's QPs is handed to sv_pkt_rx(). */
 	struct sv_link_ep *(*open)(struct sv_context *c, char *why, size_t len);
@@ -222,7 +283,123 @@ struct sv_link_ops {
 	int (*mcast)(struct sv_link_ep *l, const union ibv_gid *mgid, bool join, char *why,
 		     size_t len);
 };
-extern const struct sv_link_ops sv_link_udp;
+
+/* The slots of the other kind, for a transport's table to start from. */
+static inline int sv_tp_no_move(struct shm_hdr *t, struct shm_hdr *o, bool w, bool m,
+				const struct iovec *l, int nl, const struct iovec *r, int nr)
+{
+	(void)t, (void)o, (void)w, (void)m, (void)l, (void)nl, (void)r, (void)nr;
+	return EOPNOTSUPP;
+}
+static inline void *sv_tp_no_map(const struct shm_hdr *seg, const struct shm_mr *m, uint64_t va,
+				 uint64_t len)
+{
+	(void)seg, (void)m, (void)va, (void)len;
+	return NULL;
+}
+static inline void *sv_tp_no_map_gpu(const struct shm_hdr *seg, const struct shm_mr *m,
+				     uint64_t va, const struct shm_hdr *via, char *why, size_t len)
+{
+	(void)seg, (void)m, (void)va, (void)via;
+	snprintf(why, len, "this transport reaches no other process's memory");
+	return NULL;
+}
+static inline bool sv_tp_no_atomic(struct shm_hdr *t, enum ibv_wr_opcode op, void *addr,
+				   uint64_t compare_add, uint64_t swap, uint64_t *old)
+{
+	(void)t, (void)op, (void)addr, (void)compare_add, (void)swap, (void)old;
+	return false;
+}
+static inline uint8_t sv_tp_no_defer_put(struct shm_hdr *h, struct shm_hdr *own,
+					 const struct iovec *src, int ns, const struct iovec *dst,
+					 int nd, uint64_t len)
+{
+	(void)h, (void)own, (void)src, (void)ns, (void)dst, (void)nd, (void)len;
+	return 0;
+}
+static inline void sv_tp_no_defer_place(struct shm_hdr *h, struct shm_hdr *own, uint8_t defer)
+{
+	(void)h, (void)own, (void)defer;
+}
+static inline const void *sv_tp_no_defer_next(const struct shm_hdr *h)
+{
+	return h;	/* any readable line: it is only prefetched */
+}
+static inline void sv_tp_no_defer_flush(struct shm_hdr *h, struct shm_hdr *own)
+{
+	(void)h, (void)own;
+}
+static inline bool sv_tp_no_serve(struct sv_context *c)
+{
+	(void)c;
+	return false;
+}
+static inline void sv_tp_no_stop(struct sv_context *c)
+{
+	(void)c;
+}
+static inline struct sv_link_ep *sv_tp_no_open(struct sv_context *c, char *why, size_t len)
+{
+	(void)c;
+	snprintf(why, len, "this transport carries no packets");
+	return NULL;
+}
+static inline void sv_tp_no_close(struct sv_link_ep *l)
+{
+	(void)l;
+}
+static inline int sv_tp_no_sock(struct sv_link_ep *l, uint16_t *port, char *why, size_t len)
+{
+	(void)l, (void)port;
+	snprintf(why, len, "this transport carries no packets");
+	return -1;
+}
+static inline void sv_tp_no_sock_close(struct sv_link_ep *l, int fd)
+{
+	(void)l, (void)fd;
+}
+static inline int sv_tp_no_send(struct sv_link_ep *l, int fd, const struct sv_route *r,
+				const struct iovec *pkt, int n, size_t len)
+{
+	(void)l, (void)fd, (void)r, (void)pkt, (void)n, (void)len;
+	return EOPNOTSUPP;
+}
+static inline int sv_tp_no_frame(struct sv_link_ep *l, const struct sv_route *r,
+				 const struct iovec *pkt, int n, size_t len, struct sv_frame *out)
+{
+	(void)l, (void)r, (void)pkt, (void)n, (void)len, (void)out;
+	return EOPNOTSUPP;
+}
+static inline void sv_tp_no_link(struct sv_link_ep *l)	/* flush, drain */
+{
+	(void)l;
+}
+static inline bool sv_tp_no_poll(struct sv_link_ep *l)
+{
+	(void)l;
+	return false;
+}
+static inline void sv_tp_no_want_tick(struct sv_link_ep *l, uint64_t when_ns)
+{
+	(void)l, (void)when_ns;
+}
+static inline int sv_tp_no_mcast(struct sv_link_ep *l, const union ibv_gid *mgid, bool join,
+				 char *why, size_t len)
+{
+	(void)l, (void)mgid, (void)join;
+	snprintf(why, len, "this transport carries no packets");
+	return EOPNOTSUPP;
+}
+#define SV_TP_NO_MEMORY							\
+	.move = sv_tp_no_move, .map = sv_tp_no_map, .map_gpu = sv_tp_no_map_gpu,	\
+	.atomic = sv_tp_no_atomic, .defer_put = sv_tp_no_defer_put,		\
+	.defer_place = sv_tp_no_defer_place, .defer_next = sv_tp_no_defer_next,	\
+	.defer_flush = sv_tp_no_defer_flush, .serve = sv_tp_no_serve, .stop = sv_tp_no_stop
+#define SV_TP_NO_PACKETS						\
+	.open = sv_tp_no_open, .close = sv_tp_no_close, .sock = sv_tp_no_sock,	\
+	.sock_close = sv_tp_no_sock_close, .send = sv_tp_no_send,		\
+	.frame = sv_tp_no_frame, .flush = sv_tp_no_link, .poll = sv_tp_no_poll,	\
+	.drain = sv_tp_no_link, .want_tick = sv_tp_no_want_tick, .mcast = sv_tp_no_mcast
 
 /* What a link calls.  Reception is serialised per context: a link takes
  * sv_pkt_rx_lock() (wait false: a poller that finds it taken goes on),

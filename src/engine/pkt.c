@@ -276,7 +276,7 @@ struct pkt_ctx *pkt_ctx_get(struct sv_context *c, char *why, size_t len)
 	pc->ctx = c;
 	pc->gsi_fd = pc->gsi_rx = -1;
 	pc->st = &c->seg.h->pkt;
-	pc->ops = &sv_link_udp;
+	pc->ops = c->tp_link;
 	pthread_mutex_init(&pc->rx_lock, NULL);
 	pthread_mutex_init(&pc->qps_lock, NULL);
 	/* Published before the link starts: its thread reads c->pkt. */

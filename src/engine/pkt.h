@@ -107,7 +107,7 @@ struct pkt_gpu_tx;
 struct pkt_ctx {
 	struct sv_context *ctx;
 	struct pkt_gpu_rx *gpu_rx;	/* GPU-bound payloads being gathered (pkt_gpu.c) */
-	const struct sv_link_ops *ops;
+	const struct sv_transport_ops *ops;	/* the context's tp_link */
 	struct sv_link_ep *link;
 	pthread_mutex_t rx_lock;	/* reception, the hash, the responders */
 	pthread_mutex_t qps_lock;	/* `all`: the QPs whose timers run */

@@ -111,10 +111,7 @@ static void rnr(struct pkt_qp *q, uint32_t psn)
 static int resp_copy(struct sv_target *t, bool write, const struct iovec *l, int nl,
 		     const struct iovec *r, int nr)
 {
-	if (t->mapped)
-		return sv_copy_mapped(t->own, write, l, nl, r, nr);
-	return write ? sv_copy_to(t->mseg, t->own, l, nl, r, nr) :
-		       sv_copy_from(t->mseg, t->own, l, nl, r, nr);
+	return sv_target_move(t, write, l, nl, r, nr);
 }
 
 /* Copies the payload into the receive WQE at q->off. */

@@ -87,12 +87,7 @@ static void *progress_main(void *arg)
 			break;
 		uint64_t next = UINT64_MAX;
 		/* Copies and atomics a peer waits for come first. */
-		bool polling = sv_assist_serve(h);
-		sv_bounce_serve(h);
-		/* Pairs with the release store of a deregistering owner. */
-		if (atomic_exchange_explicit(&h->gpu_sweep, 0, memory_order_acquire))
-			sv_gpu_sweep();
-		sv_owner_serve(c);
+		bool polling = c->tp_mem->serve(c);
 		port_events(c);
 		deliver(c, &next);
 		if (polling)
@@ -106,7 +101,7 @@ static void *progress_main(void *arg)
 		}
 		syscall(SYS_futex, &h->doorbell, FUTEX_WAIT, seq, tp, NULL, 0);
 	}
-	sv_assist_stop(h);
+	c->tp_mem->stop(c);
 	return NULL;
 }
 

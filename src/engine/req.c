@@ -251,7 +251,7 @@ static void prefetch_receiver(struct sv_qp *qp, const struct ibv_send_wr *wr)
 		sv_prefetchw(shm_wq_slot(seg, wq, pos));
 	}
 	if (qp->defer_last) {
-		sv_prefetchw(sv_defer_next_put(seg));
+		sv_prefetchw(qp->ctx->tp_mem->defer_next(seg));
 	} else if (tq->rcq_off) {
 		const struct shm_cq *cq = shm_at(seg, tq->rcq_off);
 		uint64_t p = atomic_load_explicit(&cq->tail, memory_order_relaxed);
@@ -440,14 +440,14 @@ static uint8_t defer(struct sv_qp *qp, struct sv_target *t, const struct shm_rwq
 		     struct shm_mr *const *held, unsigned flags, const struct iovec *src, int ns,
 		     const struct iovec *riov, uint64_t len)
 {
-	/* sv_defer_put() checks the size and the SGE count. */
+	/* The transport's defer_put checks the size and the SGE count. */
 	if (qp->ex.qp_base.qp_type == IBV_QPT_UD || (flags & F_INV) || t->pid == sv_pid() ||
 	    t->mseg != t->seg || sv_config()->copy != SV_COPY_AUTO)
 		return 0;
 	for (uint32_t i = 0; i < rw->num_sge; i++)
 		if (held[i] && (held[i]->access & IBV_ACCESS_ON_DEMAND))
 			return 0;
-	return sv_defer_put(t->seg, qp->ctx->seg.h, src, ns, riov, (int)rw->num_sge, len);
+	return t->tp->defer_put(t->seg, t->own, src, ns, riov, (int)rw->num_sge, len);
 }
 
 enum sv_result sv_deliver_wqe(struct sv_qp *qp, const struct sv_swqe *w, struct sv_target *t,
@@ -494,10 +494,8 @@ enum sv_result sv_deliver_wqe(struct sv_qp *qp, const struct sv_swqe *w, struct 
 		src[ns++] = msg[i];
 	int err = 0;
 	unsigned flags = w ? wr_info[w->opcode].flags : 0;
-	if (need && t->mapped)
-		err = sv_copy_mapped(qp->ctx->seg.h, true, src, ns, riov, (int)rw->num_sge);
-	else if (need && !(e->defer = defer(qp, t, rw, held, flags, src, ns, riov, need)))
-		err = sv_copy_to(t->mseg, qp->ctx->seg.h, src, ns, riov, (int)rw->num_sge);
+	if (need && (t->mapped || !(e->defer = defer(qp, t, rw, held, flags, src, ns, riov, need))))
+		err = sv_target_move(t, true, src, ns, riov, (int)rw->num_sge);
 	if (need)
 		qp->defer_last = e->defer != 0;
 	sv_resp_recv_put(t, rw, held);
@@ -534,7 +532,7 @@ enum sv_result sv_deliver_wqe(struct sv_qp *qp, const struct sv_swqe *w, struct 
 		e->wc_flags |= IBV_WC_GRH;
 	/* An overrun CQ drops the completion, not the data. */
 	if (!sv_cq_push(t->seg, shm_at(t->seg, t->rcq_off), e) && e->defer)
-		sv_defer_place(t->seg, qp->ctx->seg.h, e->defer);
+		t->tp->defer_place(t->seg, t->own, e->defer);
 	return SV_R_OK;
 }
 
@@ -579,7 +577,7 @@ static bool helper_atomic(const struct sv_swqe *w, const struct sv_target *t,
 	if (t->pid == sv_pid() || mr->kind != SHM_KIND_MR || (mr->access & IBV_ACCESS_ON_DEMAND) ||
 	    mr->mem != SHM_MEM_HOST || c->copy != SV_COPY_AUTO || c->assist == SV_ASSIST_OFF)
 		return false;
-	return sv_assist_atomic(t->mseg, w->opcode, addr, w->compare_add, w->swap, old);
+	return t->tp->atomic(t->mseg, w->opcode, addr, w->compare_add, w->swap, old);
 }
 
 static enum sv_result do_atomic(struct sv_qp *qp, struct sv_swqe *w, struct sv_target *t,
@@ -605,22 +603,17 @@ static enum sv_result do_atomic(struct sv_qp *qp, struct sv_swqe *w, struct sv_t
 	 * it is atomic against: the two cuMemcpy calls are no atomic of the
 	 * GPU's, and a kernel writing the word meanwhile can be lost. */
 	sv_shm_lock(&t->mseg->atomic_lock);
-	struct shm_hdr *own = qp->ctx->seg.h;
 	int err = 0;
 	bool done = false;
-	if (t->mapped)
-		err = sv_copy_mapped(own, false, &ov, 1, &rv, 1);
-	else if (!(done = helper_atomic(w, t, mr, addr, &old)))
-		err = sv_copy_from(t->mseg, own, &ov, 1, &rv, 1);
+	if (t->mapped || !(done = helper_atomic(w, t, mr, addr, &old)))
+		err = sv_target_move(t, false, &ov, 1, &rv, 1);
 	if (!err && !done) {
 		if (w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)
 			new = old + w->compare_add;
 		else
 			new = old == w->compare_add ? w->swap : old;
-		if (new != old && t->mapped)
-			err = sv_copy_mapped(own, true, &nv, 1, &rv, 1);
-		else if (new != old)
-			err = sv_copy_to(t->mseg, own, &nv, 1, &rv, 1);
+		if (new != old)
+			err = sv_target_move(t, true, &nv, 1, &rv, 1);
 	}
 	sv_shm_unlock(&t->mseg->atomic_lock);
 	sv_resp_mr_put(t->mseg, mr);
@@ -693,10 +686,8 @@ static int store_word(struct sv_qp *qp, struct sv_target *t, void *addr, const s
 	 * the other softverbs atomics only. */
 	if (t->mapped && !sv_gpu_dev_iov(&rv, 1))
 		__atomic_store_n((uint64_t *)addr, v, __ATOMIC_RELEASE);
-	else if (t->mapped)
-		err = sv_copy_mapped(qp->ctx->seg.h, true, &vv, 1, &rv, 1);
 	else
-		err = sv_copy_to(t->mseg, qp->ctx->seg.h, &vv, 1, &rv, 1);
+		err = sv_target_move(t, true, &vv, 1, &rv, 1);
 	sv_shm_unlock(&t->mseg->atomic_lock);
 	return err;
 }
@@ -763,16 +754,12 @@ static enum sv_result execute_remote(struct sv_qp *qp, struct sv_swqe *w, struct
 		return sv_resp_gone(&t) ? SV_R_NO_RESPONSE : r;
 	}
 	struct iovec rv = { addr, len };
-	struct shm_hdr *own = qp->ctx->seg.h;
 	bool read = wi->flags & F_READ;
 	int err = 0;
 	if (wi->flags & F_WORD)
 		err = store_word(qp, &t, addr, &liov[0]);
-	else if (len && t.mapped)
-		err = sv_copy_mapped(own, !read, liov, nl, &rv, 1);
 	else if (len)
-		err = read ? sv_copy_from(t.mseg, own, liov, nl, &rv, 1) :
-			     sv_copy_to(t.mseg, own, liov, nl, &rv, 1);
+		err = sv_target_move(&t, !read, liov, nl, &rv, 1);
 	if (!err && (wi->flags & F_RECV)) {
 		/* WRITE_WITH_IMM also consumes a receive WQE, once its data has
 		 * landed, so that the completion never runs ahead of the data.
@@ -819,7 +806,8 @@ static enum sv_result stage_in(struct sv_qp *qp, const struct sv_swqe *w, bool w
 	st->n = *nl;
 	st->len = len;
 	struct iovec b = { st->buf, len };
-	int err = write ? 0 : sv_copy_from(home, qp->ctx->seg.h, &b, 1, st->home, st->n);
+	int err = write ? 0 : qp->ctx->tp_mem->move(home, qp->ctx->seg.h, false, false, &b, 1,
+						    st->home, st->n);
 	if (err) {
 		free(st->buf);
 		st->buf = NULL;
@@ -838,7 +826,8 @@ static enum sv_result stage_out(struct sv_qp *qp, bool write, struct stage *st, 
 		return r;
 	struct iovec b = { st->buf, st->len };
 	int err = write && r == SV_R_OK ?
-		  sv_copy_to(qp->ctx->home, qp->ctx->seg.h, &b, 1, st->home, st->n) : 0;
+		  qp->ctx->tp_mem->move(qp->ctx->home, qp->ctx->seg.h, true, false, &b, 1, st->home,
+					st->n) : 0;
 	free(st->buf);
 	if (!err)
 		return r;

@@ -85,6 +85,7 @@ enum sv_result sv_resp_locate(struct sv_qp *qp, uint32_t qpn, struct sv_target *
 		return SV_R_NO_RESPONSE;
 	t->cache = &qp->map;
 	t->own = qp->ctx->seg.h;
+	t->tp = qp->ctx->tp_mem;
 	return find_qp(t, qpn);
 }
 
@@ -256,14 +257,14 @@ static void *direct_map(struct sv_target *t, const struct shm_mr *m, uint64_t va
 	 * opened, and closes it when the MR goes. */
 	if (m->mem == SHM_MEM_CUDA)
 		return t->pid == sv_pid() ? NULL :
-		       sv_gpu_map(t->mseg, m, va, t->own, t->why, sizeof(t->why));
+		       t->tp->map_gpu(t->mseg, m, va, t->own, t->why, sizeof(t->why));
 	if (!try_direct(t))
 		return NULL;
 	if (c->mr != m || c->key != atomic_load_explicit(&m->key, memory_order_relaxed) ||
 	    c->addr != m->addr || c->length != m->length || c->share_off != m->share_off)
 		*c = (struct sv_map_cache){ m, atomic_load_explicit(&m->key, memory_order_relaxed),
 					    m->addr, m->length, m->share_off,
-					    sv_direct_map(t->mseg, m, m->addr, m->length) };
+					    t->tp->map(t->mseg, m, m->addr, m->length) };
 	return c->base ? c->base + (va - m->addr) : NULL;
 }
 
@@ -347,8 +348,8 @@ enum sv_result sv_resp_mr_get(struct sv_target *t, uint32_t rkey, uint64_t va, u
 		return SV_R_NAK_ACCESS;
 	}
 	/* SENDs left for the receiver to place land before this access
-	 * (transport/shm/defer.c). */
-	sv_defer_flush(t->mseg, t->own);
+	 * (deferred placement, transport/shm/defer.c). */
+	t->tp->defer_flush(t->mseg, t->own);
 	*mr = m;
 	uint64_t tva = m->addr + (va - m->iova);
 	void *local = direct_map(t, region, tva);
@@ -503,6 +504,7 @@ enum sv_result sv_resp_local(struct sv_context *c, uint32_t qpn, struct sv_targe
 	t->why[0] = 0;
 	t->mapped = false;
 	t->seg = t->own = c->seg.h;
+	t->tp = c->tp_mem;
 	t->cache = &none;
 	if (find_qp(t, qpn) != SV_R_OK)
 		return SV_R_NO_RESPONSE;

@@ -17,6 +17,8 @@
 
 #include "../sv.h"
 #include "../engine/engine.h"
+#include "../transport/shm/shm.h"
+#include "../transport/udp/udp.h"
 
 static void set_ops(struct sv_context *c)
 {
@@ -94,6 +96,8 @@ static struct ibv_context *context_open(struct sv_device *dev, struct shm_hdr *h
 	pthread_mutex_init(&c->lock, NULL);
 	set_ops(c);
 	c->owner_serve = sv_qp_serve;
+	c->tp_mem = &sv_transport_shm;
+	c->tp_link = &sv_transport_udp;
 
 	ret = sv_evq_init(&c->async);
 	if (ret)
@@ -124,7 +128,7 @@ static struct ibv_context *context_open(struct sv_device *dev, struct shm_hdr *h
 		c->seg.h->home_ep = home->ep;
 		c->seg.h->home_start = home->start_time;
 	}
-	sv_seg_register_local(c->seg.h, true);
+	sv_seg_register_local(c->seg.h, true, sv_defer_solo);
 	/* The context's "command fd" names its segment, as the uverbs fd
 	 * names a kernel context (and is what ibv_import_device() takes). */
 	c->vctx.context.cmd_fd = c->seg.fd;
@@ -143,7 +147,7 @@ static struct ibv_context *context_open(struct sv_device *dev, struct shm_hdr *h
 out_progress:
 	sv_progress_stop(c);
 out_seg:
-	sv_seg_register_local(c->seg.h, false);
+	sv_seg_register_local(c->seg.h, false, sv_defer_solo);
 	sv_seg_destroy(&c->seg);
 out_ep:
 	sv_reg_ep_detach(c->ep);
@@ -202,7 +206,7 @@ static void context_free(struct sv_context *c)
 	release_objects(ctx);
 	sv_pkt_ctx_close(c);	/* after its QPs left it */
 	sv_reg_ep_detach(c->ep);
-	sv_seg_register_local(c->seg.h, false);
+	sv_seg_register_local(c->seg.h, false, sv_defer_solo);
 	sv_seg_destroy(&c->seg);
 	if (c->home_unmap)
 		sv_seg_unmap(c->home);

@@ -21,6 +21,7 @@
 
 #include "../sv.h"
 #include "../engine/engine.h"
+#include "../transport/shm/shm.h"
 
 /* ---- completion channels ---- */
 

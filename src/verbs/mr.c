@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "../sv.h"
+#include "../transport/shm/shm.h"
 
 #undef ibv_reg_mr
 #undef ibv_reg_mr_iova

@@ -15,6 +15,7 @@
 
 #include "../sv.h"
 #include "../engine/engine.h"
+#include "../transport/shm/shm.h"
 
 #define QP_INIT_KNOWN_MASK (IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD | \
 	IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_MAX_TSO_HEADER | \

@@ -6,7 +6,10 @@ from a file of one layer to a function defined in a higher layer (a
 back-arrow), or in another transport.  The links' upcalls into the packet
 engine (engine/engine.h, "What a link calls") are the one allowed way up.
 Fails on a back-arrow that tests/layering/known.txt does not list, and on a
-listed one that is gone (the list only ever shrinks).
+listed one that is gone (the list only ever shrinks).  Also fails when an
+engine file includes a transport's header, directly or through another
+header (the compiler's dependency files, FILE.c.o.d): the engine reaches
+the transports only through their ops table (engine/engine.h).
 
     tests/layering/check.py BUILD_DIR
 """
@@ -52,6 +55,7 @@ def main():
             elif len(f) == 3 and f[1] in 'TDBR':
                 defined[f[2]] = rel
     found = set()
+    problems_inc = []
     for rel, syms in undef.items():
         lname, lrank = layer(rel)
         if lrank is None:
@@ -67,6 +71,20 @@ def main():
                 if lname.startswith('transport/') and dname == 'engine' and s in UPCALLS:
                     continue
                 found.add('%s %s %s' % (rel, s, defined[s]))
+    src = os.path.realpath(os.path.join(HERE, '..', '..', 'src'))
+    for rel, path in sorted(files.items()):
+        if layer(rel)[0] != 'engine':
+            continue
+        try:
+            with open(path + '.d') as f:
+                deps = f.read().replace('\\\n', ' ').split()
+        except OSError:
+            problems_inc.append('%s: no dependency file %s.d' % (rel, path))
+            continue
+        for d in deps:
+            d = os.path.realpath(d) if d.startswith('/') else d
+            if d.startswith(os.path.join(src, 'transport') + os.sep):
+                problems_inc.append('%s includes %s' % (rel, os.path.relpath(d, src)))
     known = set()
     with open(os.path.join(HERE, 'known.txt')) as f:
         for line in f:
@@ -77,6 +95,7 @@ def main():
                 for x in sorted(found - known)]
     problems += ['gone, remove it from tests/layering/known.txt: %s' % x
                  for x in sorted(known - found)]
+    problems += ['an engine file includes a transport header: %s' % x for x in problems_inc]
     print('layering: %d object files, %d back-arrows (%d known)' % (len(files), len(found),
                                                                    len(found & known)))
     for x in sorted(found & known):

@@ -16,6 +16,7 @@
 #include "counters.h"
 #include "helpers.h"
 #include "pair.h"
+#include "transport/shm/shm.h"
 
 struct exch {
 	uint32_t qpn, rkey;
@@ -358,7 +359,7 @@ static void fake_seg(struct fake_seg *f, int32_t placer)
 	f->h->pid = getpid();
 	f->h->defer_off = hl;
 	f->h->bounce_off = hl + dl;
-	sv_defer_init(f->h);
+	sv_seg_defer_init(f->h);
 	memset(f->dst, 0, sizeof(f->dst));
 	f->overtaken = false;
 	f->s = &((struct shm_defer *)shm_at(f->h, hl))->slot[0];

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The lock-free rings of transport/shm/shm.h, driven by threads as
+ * The lock-free rings of core/seg.h, driven by threads as
  * initiators of any process drive them:
  *  - a CQ's producers (sv_cq_push) against the owner polling and
  *    resizing: every completion arrives exactly once and in each
@@ -23,6 +23,7 @@
 
 #include "helpers.h"
 #include "sv.h"
+#include "transport/shm/shm.h"
 
 #define PRODUCERS 3
 #define PER_PRODUCER 20000

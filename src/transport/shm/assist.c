@@ -34,7 +34,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "../../sv.h"
+#include "shm.h"
 
 #define ASSIST_LINGER_NS	50000ull	/* a helper polls this long after its last work */
 #define ASSIST_PICKUP_NS	5000ull		/* an atomic waits this long to be taken */

@@ -2,9 +2,10 @@
 /*
  * Moving bytes: the one copy of every operation, straight from the source
  * buffer to the destination buffer.  Within one process it is memcpy over
- * the two scatter lists; across processes it is one process_vm_writev or
- * process_vm_readv call (CMA), which the kernel performs as a single copy
- * between the two address spaces.  A short transfer is progress, not
+ * the two scatter lists (core/iov.c); across processes it is a memcpy
+ * through this process's mapping of the target's memory (direct.c), or
+ * one process_vm_writev or process_vm_readv call (CMA), which the kernel
+ * performs as a single copy between the two address spaces.  A short transfer is progress, not
  * failure: the call is repeated for the rest (as UCX's uct_cma does).
  * A large CMA copy is shared with the target's progress thread
  * (assist.c), so that two cores move it.
@@ -21,35 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../../sv.h"
-
-/* memcpy between two scatter lists of equal total length. */
-int sv_copy_iov(const struct iovec *d, int nd, const struct iovec *s, int ns)
-{
-	size_t doff = 0, soff = 0;
-	int di = 0, si = 0, err = 0;
-	/* Only a process that named GPU memory asks where each piece is. */
-	bool gpu = sv_gpu_active();
-
-	while (di < nd && si < ns) {
-		size_t n = d[di].iov_len - doff;
-		if (s[si].iov_len - soff < n)
-			n = s[si].iov_len - soff;
-		char *dp = (char *)d[di].iov_base + doff;
-		const char *sp = (const char *)s[si].iov_base + soff;
-		if (n && gpu)	/* an empty SGE may have no address */
-			err |= sv_gpu_copy(dp, sp, n);
-		else if (n)
-			memcpy(dp, sp, n);
-		doff += n;
-		soff += n;
-		if (doff == d[di].iov_len)
-			di++, doff = 0;
-		if (soff == s[si].iov_len)
-			si++, soff = 0;
-	}
-	return err;
-}
+#include "shm.h"
 
 /* Advances an iovec array past n bytes, in place. */
 static void iov_advance(struct iovec **v, int *n, size_t bytes)
@@ -186,7 +159,7 @@ static int bounce_chunk(struct shm_hdr *t, struct shm_hdr *own, bool write,
 	uint32_t seq = atomic_load_explicit(&b->req, memory_order_relaxed) + 1;
 	atomic_store_explicit(&b->req, seq, memory_order_release);
 	sv_seg_ring(t);
-	int err = sv_seg_await(t, &b->done, seq, own);
+	int err = sv_shm_await(t, &b->done, seq, own);
 	if (err)
 		return err;
 	if (b->status)
@@ -194,24 +167,6 @@ static int bounce_chunk(struct shm_hdr *t, struct shm_hdr *own, bool write,
 	if (!write)
 		sv_copy_iov(l, nl, &c, 1);
 	return 0;
-}
-
-int sv_iov_slice(const struct iovec *v, int n, size_t off, size_t len, struct iovec *out)
-{
-	int k = 0;
-
-	for (int i = 0; i < n && len; i++) {
-		if (off >= v[i].iov_len) {
-			off -= v[i].iov_len;
-			continue;
-		}
-		size_t take = v[i].iov_len - off < len ? v[i].iov_len - off : len;
-		out[k].iov_base = (char *)v[i].iov_base + off;
-		out[k++].iov_len = take;
-		len -= take;
-		off = 0;
-	}
-	return k;
 }
 
 static int bounce(struct shm_hdr *t, struct shm_hdr *own, bool write, const struct iovec *l,

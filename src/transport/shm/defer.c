@@ -33,7 +33,7 @@
 #include <sched.h>
 #include <string.h>
 
-#include "../../sv.h"
+#include "shm.h"
 
 static struct shm_defer *ring(const struct shm_hdr *h)
 {
@@ -107,15 +107,6 @@ static void await_placed(struct shm_hdr *h, struct shm_hdr *own, struct shm_defe
 		}
 		sched_yield();
 	}
-}
-
-void sv_defer_init(struct shm_hdr *h)
-{
-	struct shm_defer *d = ring(h);
-
-	/* Slot i is first filled by position i (shm.h). */
-	for (uint32_t i = 0; i < SHM_DEFER_SLOTS; i++)
-		atomic_store_explicit(&d->slot[i].seq, i, memory_order_relaxed);
 }
 
 uint8_t sv_defer_put(struct shm_hdr *h, struct shm_hdr *own, const struct iovec *src, int ns,

@@ -23,7 +23,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
-#include "../../sv.h"
+#include "shm.h"
 
 static bool parse_vma(const char *line, struct sv_vma *v)
 {

@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../sv.h"
+#include "shm.h"
 
 uint64_t sv_gpu_describe(struct sv_seg *s, const struct sv_gpu_mem *g, const void *addr,
 			 char *why, size_t wlen)

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * RoCEv2 over UDP (IBA Annex A17): the link between a context and other
- * hosts.  It implements sv_link_ops for the packet engine.
+ * hosts: the packet slots of the transport ops table (engine/engine.h),
+ * which the packet engine sends and receives through.
  *
  * Every context of a host listens on UDP port 4791 (SO_REUSEPORT: one
  * group of sockets, one per context, of one user), IPv4 and IPv6 alike:
@@ -48,6 +49,7 @@
 #include "../../engine/engine.h"
 #include "../../engine/ibhdr.h"
 #include "tap.h"
+#include "udp.h"
 
 /* linux/in6.h, which clashes with netinet/in.h: the IPv6 header's first
  * word (traffic class and flow label) as ancillary data. */
@@ -911,8 +913,9 @@ static int link_frame(struct sv_link_ep *l, const struct sv_route *r, const stru
 	return 0;
 }
 
-const struct sv_link_ops sv_link_udp = {
+const struct sv_transport_ops sv_transport_udp = {
 	.name = "udp",
+	SV_TP_NO_MEMORY,
 	.open = link_open,
 	.close = link_close,
 	.sock = link_sock,

@@ -2,7 +2,7 @@
 /*
  * Shared segments: the owner's side (create, lay out, allocate queue
  * blocks, destroy) and the peers' side (find and map another context's
- * segment from the host registry).  The layout contract is in shm.h.
+ * segment from the host registry).  The layout contract is in seg.h.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../../sv.h"
+#include "../sv.h"
 
 void sv_shm_mutex_init(pthread_mutex_t *m)
 {
@@ -128,6 +128,15 @@ static uint64_t shm_layout(struct shm_hdr *h)
 	return h->heap_off;
 }
 
+void sv_seg_defer_init(struct shm_hdr *h)
+{
+	struct shm_defer *d = shm_at(h, h->defer_off);
+
+	/* Slot i is first filled by position i (seg.h). */
+	for (uint32_t i = 0; i < SHM_DEFER_SLOTS; i++)
+		atomic_store_explicit(&d->slot[i].seq, i, memory_order_relaxed);
+}
+
 int sv_seg_create(struct sv_seg *s, uint32_t ep, uint32_t dev_index)
 {
 	char name[128];
@@ -159,7 +168,7 @@ int sv_seg_create(struct sv_seg *s, uint32_t ep, uint32_t dev_index)
 	h->start_time = sv_proc_start_time(h->pid);
 	h->dev_index = dev_index;
 	s->heap_end = shm_layout(h);
-	sv_defer_init(h);
+	sv_seg_defer_init(h);
 	sv_shm_mutex_init(&h->atomic_lock);
 	sv_shm_mutex_init(&((struct shm_bounce *)shm_at(h, h->bounce_off))->lock);
 	sv_shm_mutex_init(&((struct shm_owner *)shm_at(h, h->owner_off))->lock);
@@ -401,7 +410,8 @@ static uint32_t npeers, peers_cap;
 /* Local segments, so that same-process peers use the owner's mapping. */
 static struct shm_hdr *local_segs[64];
 
-void sv_seg_register_local(struct shm_hdr *h, bool add)
+void sv_seg_register_local(struct shm_hdr *h, bool add,
+			   void (*solo)(struct shm_hdr *h, bool solo))
 {
 	pthread_mutex_lock(&peers_lock);
 	for (size_t i = 0; i < SV_ARRAY_SIZE(local_segs); i++) {
@@ -414,9 +424,11 @@ void sv_seg_register_local(struct shm_hdr *h, bool add)
 			break;
 		}
 	}
-	/* Deferred placement needs the process's only context (defer.c): a
-	 * second one ends it for all, placing what is pending first; when
-	 * one is left again (the others' keys are gone), it resumes. */
+	/* Deferred placement needs the process's only context
+	 * (transport/shm/defer.c, which solo is): a second one ends it for
+	 * all, placing what is pending first; when one is left again (the
+	 * others' keys are gone), it resumes.  Under peers_lock, so that
+	 * contexts opening and closing at once leave the last word right. */
 	struct shm_hdr *only = NULL;
 	int n = 0;
 	for (size_t i = 0; i < SV_ARRAY_SIZE(local_segs); i++)
@@ -426,9 +438,9 @@ void sv_seg_register_local(struct shm_hdr *h, bool add)
 		}
 	for (size_t i = 0; n > 1 && i < SV_ARRAY_SIZE(local_segs); i++)
 		if (local_segs[i])
-			sv_defer_solo(local_segs[i], false);
+			solo(local_segs[i], false);
 	if (n == 1)
-		sv_defer_solo(only, true);
+		solo(only, true);
 	pthread_mutex_unlock(&peers_lock);
 }
 
@@ -549,34 +561,13 @@ void sv_seg_publish_qp(struct shm_hdr *h, uint32_t qpn, uint64_t off)
 	atomic_store_explicit(&shm_qp_dir(h)[qpn - sv_qpn_base], off, memory_order_release);
 }
 
-/*
- * A requester's wait for a mailbox of t's owner (bounce, owner) to answer
- * request seq: 0 once `done` reaches it (acquire, pairing with the
- * owner's release store), ESRCH once t's context closed or its process
- * died (or is a zombie its parent has not reaped, which kill(pid, 0)
- * would not tell), checked once a second.  own, if given, has its bounce
- * mailbox served meanwhile: two processes bouncing to each other from
- * their progress threads then cannot wait on each other forever.
- */
+/* Whether t's context closed (`ready` back to 0), or with check_pid its
+ * process died (or is a zombie its parent has not reaped, which
+ * kill(pid, 0) would not tell). */
 bool sv_seg_gone(const struct shm_hdr *t, bool check_pid)
 {
 	return !atomic_load_explicit(&t->ready, memory_order_acquire) ||
 	       (check_pid && !sv_proc_alive(t->pid, 0));
-}
-
-int sv_seg_await(const struct shm_hdr *t, _Atomic uint32_t *done, uint32_t seq,
-		 struct shm_hdr *own)
-{
-	for (int waited = 0;; waited++) {
-		if (atomic_load_explicit(done, memory_order_acquire) == seq)
-			return 0;
-		if (own)
-			sv_bounce_serve(own);
-		struct timespec ts = { 0, 200000 };
-		syscall(SYS_futex, done, FUTEX_WAIT, seq - 1, &ts, NULL, 0);
-		if (sv_seg_gone(t, waited % 5000 == 4999))
-			return ESRCH;
-	}
 }
 
 void sv_seg_ring(struct shm_hdr *h)

@@ -343,6 +343,8 @@ SV_EXPORT struct ibv_context *ibv_import_device(int cmd_fd)
 	}
 	c->origin = o;
 	c->dev = o->dev;
+	c->tp_mem = o->tp_mem;
+	c->tp_link = o->tp_link;
 	c->vctx.sz = sizeof(c->vctx);
 	c->vctx.context.abi_compat = __VERBS_ABI_IS_EXTENDED;
 	c->vctx.context.device = octx->device;

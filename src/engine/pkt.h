@@ -143,28 +143,6 @@ static inline struct pkt_qp *pkt_lookup(struct pkt_ctx *pc, uint32_t qpn)
 /* pkt.c */
 /* The context's packet state, opened on first use; NULL with why. */
 struct pkt_ctx *pkt_ctx_get(struct sv_context *c, char *why, size_t len);
-/*
- * The device's copies into and out of registered memory are DMA: ordered
- * for the application only by the completion it polls, or by what the two
- * ends agree on out of band.  ThreadSanitizer cannot see that order, and
- * its history cannot hold the stack of a 64 MiB copy for the suppression
- * file (tests/tsan.supp) to match, so the packet engine's copies are
- * marked where they are made.
- */
-#if defined(__SANITIZE_THREAD__)
-void AnnotateIgnoreReadsBegin(const char *file, int line);
-void AnnotateIgnoreReadsEnd(const char *file, int line);
-void AnnotateIgnoreWritesBegin(const char *file, int line);
-void AnnotateIgnoreWritesEnd(const char *file, int line);
-#define PKT_DMA_BEGIN()	(AnnotateIgnoreReadsBegin(__FILE__, __LINE__), \
-			 AnnotateIgnoreWritesBegin(__FILE__, __LINE__))
-#define PKT_DMA_END()	(AnnotateIgnoreWritesEnd(__FILE__, __LINE__), \
-			 AnnotateIgnoreReadsEnd(__FILE__, __LINE__))
-#else
-#define PKT_DMA_BEGIN()	((void)0)
-#define PKT_DMA_END()	((void)0)
-#endif
-
 #define PKT_COUNT(q, field) atomic_fetch_add_explicit(&(q)->st->field, 1, memory_order_relaxed)
 
 static inline void pkt_flush(struct pkt_qp *q)

@@ -71,9 +71,7 @@ struct pkt_qp *pkt_gpu_flush_held(struct pkt_ctx *pc, struct pkt_qp *held)
 	if (!g || !g->len)
 		return NULL;
 	struct iovec d = { g->dst, g->len }, s = { g->buf, g->len };
-	PKT_DMA_BEGIN();
 	int err = sv_copy_iov(&d, 1, &s, 1);
-	PKT_DMA_END();
 	if (g->mr)
 		sv_resp_mr_put(g->mseg, g->mr);
 	struct pkt_qp *q = g->q;
@@ -156,9 +154,7 @@ const void *pkt_gpu_tx(struct pkt_qp *q, const struct sv_swqe *w, const struct i
 		int np = sv_iov_slice(liov, nl, off, n, part);
 		struct iovec b = { g->buf, n };
 		g->w = NULL;
-		PKT_DMA_BEGIN();
 		int err = sv_copy_iov(&b, 1, part, np);
-		PKT_DMA_END();
 		if (err || plen > n)
 			return NULL;
 		g->w = w;

@@ -516,9 +516,7 @@ static void read_response(struct pkt_qp *q, const struct ib_bth *bth, const stru
 	struct iovec src = { (void *)(p->buf + hl), plen };
 	/* Into GPU memory, responses join a run (pkt_gpu.c). */
 	if (nd != 1 || !pkt_gpu_put(q, dst[0].iov_base, src.iov_base, plen, w, psn, NULL, NULL)) {
-		PKT_DMA_BEGIN();
 		int err = sv_copy_iov(dst, nd, &src, 1);
-		PKT_DMA_END();
 		if (err) {
 			wqe_fail(q, w, IBV_WC_LOC_PROT_ERR, "the READ's GPU memory could not be "
 				 "written (cuMemcpy failed: freed?)");
@@ -562,9 +560,7 @@ static void atomic_ack(struct pkt_qp *q, const struct ib_bth *bth, const struct 
 	}
 	/* The original value, in host order as a local atomic leaves it. */
 	struct iovec src = { &orig, 8 };
-	PKT_DMA_BEGIN();
 	sv_copy_iov(liov, nl, &src, 1);
-	PKT_DMA_END();
 	w->got = 1;
 	w->pstate = PW_DONE;
 	ack_upto(q, psn, now);

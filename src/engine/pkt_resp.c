@@ -138,9 +138,7 @@ static enum sv_result place_recv(struct pkt_qp *q, struct sv_target *t, const ui
 	if (len)
 		src[ns++] = (struct iovec){ (void *)data, len };
 	int nd = sv_iov_slice(riov, (int)q->rwqe.w.num_sge, q->off, elen + len, dst);
-	PKT_DMA_BEGIN();
 	int err = ns ? resp_copy(t, true, src, ns, dst, nd) : 0;
-	PKT_DMA_END();
 	sv_resp_recv_put(t, &q->rwqe.w, held);
 	if (err)
 		return SV_R_LOC_PROT;
@@ -318,9 +316,7 @@ static void read_respond(struct pkt_qp *q, struct sv_target *t, uint32_t psn, ui
 		struct iovec pl = { (char *)addr + off, plen };
 		if (copy && plen) {
 			struct iovec b = { buf, plen };
-			PKT_DMA_BEGIN();
 			int cerr = resp_copy(t, false, &b, 1, &pl, 1);
-			PKT_DMA_END();
 			if (cerr) {
 				fail(q, t, NAK_REM_OP, psn, IBV_WC_SUCCESS, IBV_EVENT_QP_FATAL,
 				     "the READ's memory could not be read");
@@ -373,14 +369,12 @@ static bool atomic_exec(struct pkt_qp *q, struct sv_target *t, unsigned op, uint
 	uint64_t old = 0, new;
 	struct iovec rv = { addr, 8 }, ov = { &old, 8 }, nv = { &new, 8 };
 	sv_shm_lock(&t->mseg->atomic_lock);
-	PKT_DMA_BEGIN();
 	int err = resp_copy(t, false, &ov, 1, &rv, 1);
 	if (!err) {
 		new = op == IB_OP_FETCH_ADD ? old + swap_add : old == cmp ? swap_add : old;
 		if (new != old)
 			err = resp_copy(t, true, &nv, 1, &rv, 1);
 	}
-	PKT_DMA_END();
 	sv_shm_unlock(&t->mseg->atomic_lock);
 	sv_resp_mr_put(t->mseg, mr);
 	if (err) {
@@ -576,9 +570,7 @@ void pkt_resp_rx(struct pkt_qp *q, const struct ib_bth *bth, const struct sv_lin
 		}
 		struct iovec s = { (void *)data, 8 }, dv = { addr, 8 };
 		sv_shm_lock(&t.mseg->atomic_lock);
-		PKT_DMA_BEGIN();
 		int err = resp_copy(&t, true, &s, 1, &dv, 1);
-		PKT_DMA_END();
 		sv_shm_unlock(&t.mseg->atomic_lock);
 		sv_resp_mr_put(t.mseg, mr);
 		if (err) {
@@ -638,9 +630,7 @@ void pkt_resp_rx(struct pkt_qp *q, const struct ib_bth *bth, const struct sv_lin
 			int err = 0;
 			if (t.pid != sv_pid() ||
 			    !pkt_gpu_put(q, addr, data, plen, NULL, psn, t.mseg, mr)) {
-				PKT_DMA_BEGIN();
 				err = resp_copy(&t, true, &s, 1, &dv, 1);
-				PKT_DMA_END();
 				sv_resp_mr_put(t.mseg, mr);
 			}
 			if (err) {

@@ -590,9 +590,9 @@ struct sv_qp {
 	uint32_t sq_size, sq_stride, sq_head, sq_count;
 	/* Of sq_count, the device's own WQEs (enum sv_hidden): a QP of a
 	 * tag-matching SRQ reads rendezvous payloads from another host and
-	 * sends their FINs on its send queue, in SV_TM_HIDDEN_WQES slots
-	 * beyond max_send_wr. */
-	uint32_t sq_hidden;
+	 * sends their FINs on its send queue, in sq_hidden_max slots beyond
+	 * max_send_wr (SV_TM_HIDDEN_WQES for such a QP, else 0). */
+	uint32_t sq_hidden, sq_hidden_max;
 	/* The head WQE waits for an RNR or retry timer.  Written under
 	 * sq_lock; the progress thread reads it without, as a hint, and then
 	 * takes the lock. */

@@ -91,11 +91,6 @@ void sv_resp_fail(struct sv_target *t, const struct shm_rwqe *wqe, enum ibv_wc_s
 enum sv_result sv_resp_recv_iov(struct sv_target *t, const struct shm_rwqe *w, struct iovec *iov,
 				uint64_t *cap, struct shm_mr **held);
 void sv_resp_recv_put(struct sv_target *t, const struct shm_rwqe *w, struct shm_mr **held);
-/* Moves bytes between the local list l and the target's memory r (this
- * process's mapping of it when t->mapped): to r when write.  0 or an
- * errno. */
-#define sv_target_move(t, write, l, nl, r, nr)					\
-	((t)->tp->move((t)->mseg, (t)->own, (write), (t)->mapped, (l), (nl), (r), (nr)))
 
 /* engine/req.c: delivering a message (msg, len bytes; data false for
  * WRITE_WITH_IMM, whose bytes have landed) into the receive WQE rw the
@@ -400,6 +395,17 @@ static inline int sv_tp_no_mcast(struct sv_link_ep *l, const union ibv_gid *mgid
 	.sock_close = sv_tp_no_sock_close, .send = sv_tp_no_send,		\
 	.frame = sv_tp_no_frame, .flush = sv_tp_no_link, .poll = sv_tp_no_poll,	\
 	.drain = sv_tp_no_link, .want_tick = sv_tp_no_want_tick, .mcast = sv_tp_no_mcast
+
+/* Moves bytes between the local list l and the target's memory r, to r
+ * when write: r is this process's mapping of it when resp.c mapped it
+ * (shareable memory, or another process's GPU memory), else an address
+ * in the target's process, which may be another one's (a peer on this
+ * host, or an imported context's home).  0 or an errno. */
+static inline int sv_target_move(const struct sv_target *t, bool write, const struct iovec *l,
+				 int nl, const struct iovec *r, int nr)
+{
+	return t->tp->move(t->mseg, t->own, write, t->mapped, l, nl, r, nr);
+}
 
 /* What a link calls.  Reception is serialised per context: a link takes
  * sv_pkt_rx_lock() (wait false: a poller that finds it taken goes on),

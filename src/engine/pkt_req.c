@@ -805,11 +805,10 @@ uint64_t pkt_req_tick(struct pkt_qp *q, uint64_t now)
 
 /* ---- rendezvous from another host (engine/tm.c) ---- */
 
-/* The slots beyond max_send_wr an RC QP of a tag-matching SRQ has
- * (verbs/qp.c). */
-static uint32_t hidden_slots(const struct sv_qp *qp)
+/* A READ and its FIN fit in the QP's own slots (sq_lock held). */
+static bool rndv_fits(const struct sv_qp *qp)
 {
-	return qp->srq && qp->srq->wq && qp->srq->wq->tm_tags ? SV_TM_HIDDEN_WQES : 0;
+	return qp->sq_hidden + 2 <= qp->sq_hidden_max;
 }
 
 bool pkt_req_rndv_room(struct pkt_qp *q)
@@ -817,7 +816,7 @@ bool pkt_req_rndv_room(struct pkt_qp *q)
 	struct sv_qp *qp = q->qp;
 
 	pthread_mutex_lock(&qp->sq_lock);
-	bool room = qp->sq_hidden + 2 <= hidden_slots(qp);
+	bool room = rndv_fits(qp);
 	pthread_mutex_unlock(&qp->sq_lock);
 	return room;
 }
@@ -843,7 +842,7 @@ void pkt_req_rndv(struct pkt_qp *q, const struct shm_rwqe *tag, const uint8_t hd
 	memcpy(&tmh, hdr, sizeof(tmh));
 	memcpy(&rvh, hdr + sizeof(tmh), sizeof(rvh));
 	pthread_mutex_lock(&qp->sq_lock);
-	if (qp->sq_hidden + 2 > hidden_slots(qp)) {
+	if (!rndv_fits(qp)) {
 		pthread_mutex_unlock(&qp->sq_lock);
 		return;
 	}

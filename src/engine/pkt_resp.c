@@ -104,16 +104,6 @@ static void rnr(struct pkt_qp *q, uint32_t psn)
 		send_aeth(q, (uint8_t)(AETH_RNR | (q->qp->sh->min_rnr_timer & 0x1f)), psn);
 }
 
-/* A copy between the packet (l) and the target's memory (r): r is this
- * process's mapping of it when resp.c mapped it (shareable memory or
- * another process's GPU memory, for an imported context), else the
- * target process's own address. */
-static int resp_copy(struct sv_target *t, bool write, const struct iovec *l, int nl,
-		     const struct iovec *r, int nr)
-{
-	return sv_target_move(t, write, l, nl, r, nr);
-}
-
 /* Copies the payload into the receive WQE at q->off. */
 static enum sv_result place_recv(struct pkt_qp *q, struct sv_target *t, const uint8_t *data,
 				 size_t len, uint64_t extra_at, const void *extra, size_t elen)
@@ -138,7 +128,7 @@ static enum sv_result place_recv(struct pkt_qp *q, struct sv_target *t, const ui
 	if (len)
 		src[ns++] = (struct iovec){ (void *)data, len };
 	int nd = sv_iov_slice(riov, (int)q->rwqe.w.num_sge, q->off, elen + len, dst);
-	int err = ns ? resp_copy(t, true, src, ns, dst, nd) : 0;
+	int err = ns ? sv_target_move(t, true, src, ns, dst, nd) : 0;
 	sv_resp_recv_put(t, &q->rwqe.w, held);
 	if (err)
 		return SV_R_LOC_PROT;
@@ -316,7 +306,7 @@ static void read_respond(struct pkt_qp *q, struct sv_target *t, uint32_t psn, ui
 		struct iovec pl = { (char *)addr + off, plen };
 		if (copy && plen) {
 			struct iovec b = { buf, plen };
-			int cerr = resp_copy(t, false, &b, 1, &pl, 1);
+			int cerr = sv_target_move(t, false, &b, 1, &pl, 1);
 			if (cerr) {
 				fail(q, t, NAK_REM_OP, psn, IBV_WC_SUCCESS, IBV_EVENT_QP_FATAL,
 				     "the READ's memory could not be read");
@@ -369,11 +359,11 @@ static bool atomic_exec(struct pkt_qp *q, struct sv_target *t, unsigned op, uint
 	uint64_t old = 0, new;
 	struct iovec rv = { addr, 8 }, ov = { &old, 8 }, nv = { &new, 8 };
 	sv_shm_lock(&t->mseg->atomic_lock);
-	int err = resp_copy(t, false, &ov, 1, &rv, 1);
+	int err = sv_target_move(t, false, &ov, 1, &rv, 1);
 	if (!err) {
 		new = op == IB_OP_FETCH_ADD ? old + swap_add : old == cmp ? swap_add : old;
 		if (new != old)
-			err = resp_copy(t, true, &nv, 1, &rv, 1);
+			err = sv_target_move(t, true, &nv, 1, &rv, 1);
 	}
 	sv_shm_unlock(&t->mseg->atomic_lock);
 	sv_resp_mr_put(t->mseg, mr);
@@ -570,7 +560,7 @@ void pkt_resp_rx(struct pkt_qp *q, const struct ib_bth *bth, const struct sv_lin
 		}
 		struct iovec s = { (void *)data, 8 }, dv = { addr, 8 };
 		sv_shm_lock(&t.mseg->atomic_lock);
-		int err = resp_copy(&t, true, &s, 1, &dv, 1);
+		int err = sv_target_move(&t, true, &s, 1, &dv, 1);
 		sv_shm_unlock(&t.mseg->atomic_lock);
 		sv_resp_mr_put(t.mseg, mr);
 		if (err) {
@@ -630,7 +620,7 @@ void pkt_resp_rx(struct pkt_qp *q, const struct ib_bth *bth, const struct sv_lin
 			int err = 0;
 			if (t.pid != sv_pid() ||
 			    !pkt_gpu_put(q, addr, data, plen, NULL, psn, t.mseg, mr)) {
-				err = resp_copy(&t, true, &s, 1, &dv, 1);
+				err = sv_target_move(&t, true, &s, 1, &dv, 1);
 				sv_resp_mr_put(t.mseg, mr);
 			}
 			if (err) {

@@ -580,8 +580,8 @@ static bool helper_atomic(const struct sv_swqe *w, const struct sv_target *t,
 	return t->tp->atomic(t->mseg, w->opcode, addr, w->compare_add, w->swap, old);
 }
 
-static enum sv_result do_atomic(struct sv_qp *qp, struct sv_swqe *w, struct sv_target *t,
-				struct iovec *liov, uint64_t len)
+static enum sv_result do_atomic(struct sv_swqe *w, struct sv_target *t, struct iovec *liov,
+				uint64_t len)
 {
 	struct shm_mr *mr;
 	void *addr;
@@ -673,7 +673,7 @@ enum sv_result sv_wqe_exec_local(struct sv_qp *qp, struct sv_swqe *w)
 
 /* One 8-byte store that no other softverbs atomic on the target can
  * interleave with: the lock atomics take, and a single aligned store. */
-static int store_word(struct sv_qp *qp, struct sv_target *t, void *addr, const struct iovec *l)
+static int store_word(struct sv_target *t, void *addr, const struct iovec *l)
 {
 	uint64_t v;
 	struct iovec vv = { &v, 8 }, rv = { addr, 8 };
@@ -739,7 +739,7 @@ static enum sv_result execute_remote(struct sv_qp *qp, struct sv_swqe *w, struct
 	if (wi->flags & F_SEND)
 		return sv_deliver_recv(qp, w, &t, liov, nl, len, true);
 	if (wi->flags & F_ATOMIC)
-		return do_atomic(qp, w, &t, liov, len);
+		return do_atomic(w, &t, liov, len);
 
 	if ((wi->flags & F_WORD) && (len != 8 || nl != 1))
 		return SV_R_LOC_LEN;
@@ -757,7 +757,7 @@ static enum sv_result execute_remote(struct sv_qp *qp, struct sv_swqe *w, struct
 	bool read = wi->flags & F_READ;
 	int err = 0;
 	if (wi->flags & F_WORD)
-		err = store_word(qp, &t, addr, &liov[0]);
+		err = store_word(&t, addr, &liov[0]);
 	else if (len)
 		err = sv_target_move(&t, !read, liov, nl, &rv, 1);
 	if (!err && (wi->flags & F_RECV)) {

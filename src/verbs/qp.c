@@ -207,7 +207,8 @@ static int qp_alloc_queues(struct sv_context *c, struct sv_qp *qp,
 	uint32_t sges = a->cap.max_send_sge ? a->cap.max_send_sge : 1;
 	if (tm && sges < SV_MAX_SRQ_SGE)
 		sges = SV_MAX_SRQ_SGE;
-	qp->sq_size = (a->cap.max_send_wr ? a->cap.max_send_wr : 1) + (tm ? SV_TM_HIDDEN_WQES : 0);
+	qp->sq_hidden_max = tm ? SV_TM_HIDDEN_WQES : 0;
+	qp->sq_size = (a->cap.max_send_wr ? a->cap.max_send_wr : 1) + qp->sq_hidden_max;
 	qp->sq_stride = (uint32_t)((sizeof(struct sv_swqe) + sges * sizeof(struct ibv_sge) +
 				    SV_MAX_INLINE_DATA + 15) & ~15ul);
 	qp->sq = sv_pd_alloc(sv_pd(a->pd), (size_t)qp->sq_size * qp->sq_stride, 64, &qp->sq_from_app);

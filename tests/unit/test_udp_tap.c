@@ -483,7 +483,7 @@ static void test_icrc_iovecs(void **state)
  * The vector registers' upper halves are clean after an ICRC, as the
  * processor reports them (XGETBV with ECX 1, XINUSE: bit 2 the YMM upper
  * halves, bit 6 the ZMM ones).  ISA-L's AVX-512 CRC leaves them dirty,
- * and the SSE code after it then ran at a quarter of its speed (icrc.c).
+ * and the SSE code after it then ran several times slower (icrc.c).
  * Where the processor has no XINUSE, or ISA-L chose a CRC that leaves
  * nothing dirty, the state is clean anyway; the check is on the machines
  * that matter.

@@ -25,7 +25,9 @@
 #define PKT_ATOMIC_RES		16u
 #define PKT_HASH		256u
 /* How long a CQ poller's ACKs may wait for the thread's tick at most
- * (sv_pkt_rx_unlock_poller): far below any retransmission timeout. */
+ * (sv_pkt_rx_unlock_poller): far below any retransmission timeout, and no
+ * shorter than the link's poller window (transport/udp/udp.c POLLER_NS),
+ * or every held ACK wakes the thread. */
 #define PKT_ACK_HOLD_NS		200000ull
 #define PKT_HDR_MAX		64u
 

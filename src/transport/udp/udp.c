@@ -63,7 +63,10 @@
 #define SOCK_BUF	(4 << 20)
 /* Pollers count as active for this long after their last poll: an
  * application that polls less often than this gets its packets from the
- * thread. */
+ * thread.  The engine holds a poller's ACKs no shorter (PKT_ACK_HOLD_NS),
+ * so a held ACK's tick falls after the thread's next look and asks
+ * nothing of it; at 2 ms here every held ACK woke the thread, and
+ * ib_send_lat across a veth went from 5.5-7.0 to 11.4-13.6 us. */
 #define POLLER_NS	200000ull
 
 /* What a forwarded packet carries before it: where it came from (the

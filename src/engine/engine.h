@@ -188,6 +188,10 @@ struct sv_link_pkt {
 	const uint8_t *buf;
 	size_t len;
 	struct sv_route route;
+	/* CLOCK_MONOTONIC ns when the link began the read that got it: the
+	 * engine's clock for the packet's timers, so that a batch reads
+	 * the clock once, not once per packet and role. */
+	uint64_t at;
 };
 
 /*

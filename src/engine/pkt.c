@@ -816,7 +816,9 @@ void sv_pkt_rx_unlock_poller(struct sv_context *c)
 		pkt_send_acks(pc);
 	} else {
 		atomic_store_explicit(&pc->acks_held, true, memory_order_relaxed);
-		pc->ops->want_tick(pc->link, sv_now_ns() + PKT_ACK_HOLD_NS);
+		/* An ACK is owed only for a packet of this batch, so rx_at is
+		 * this batch's clock. */
+		pc->ops->want_tick(pc->link, pc->rx_at + PKT_ACK_HOLD_NS);
 	}
 	pc->ops->flush(pc->link);
 	pthread_mutex_unlock(&pc->rx_lock);
@@ -847,6 +849,7 @@ void sv_pkt_rx(struct sv_context *c, const struct sv_link_pkt *p)
 
 	if (SV_PORT_DOWN(sv_reg_port(c->dev->index)))
 		return;	/* nothing arrives through a port that is down */
+	pc->rx_at = p->at;
 	/* Header checks (IBA 9.6.1.1): room for BTH, a known opcode of a
 	 * known transport, TVer 0, and room for its headers and pad. */
 	if (p->len < sizeof(*bth) || bth_tver(bth) != 0 ||

@@ -115,6 +115,7 @@ struct pkt_ctx {
 	pthread_mutex_t qps_lock;	/* `all`: the QPs whose timers run */
 	struct pkt_qp *hash[PKT_HASH];
 	struct pkt_qp *acks;		/* QPs owing an ACK at the end of this batch */
+	uint64_t rx_at;			/* the last packet's sv_link_pkt.at (rx_lock) */
 	/* A CQ poller's batch holds its ACKs back (sv_pkt_rx_unlock_poller):
 	 * set under rx_lock; read without it by the requester, which sends
 	 * them with its next packets when it can take rx_lock. */

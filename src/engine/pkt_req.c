@@ -709,7 +709,7 @@ static void run_after_rx(struct sv_qp *qp)
 void pkt_req_rx(struct pkt_qp *q, const struct ib_bth *bth, const struct sv_link_pkt *p)
 {
 	struct sv_qp *qp = q->qp;
-	uint64_t now = sv_now_ns();
+	uint64_t now = p->at;
 	unsigned op = bth_op(bth);
 
 	/* A responder's run holds its MR: the send queue this ACK may run

@@ -442,7 +442,7 @@ void pkt_resp_rx(struct pkt_qp *q, const struct ib_bth *bth, const struct sv_lin
 		ud_rx(q, bth, p);
 		return;
 	}
-	q->last_rx = sv_now_ns();
+	q->last_rx = p->at;
 	/* Only a WRITE's data joins a run into GPU memory; anything else
 	 * may read or complete what the run holds. */
 	if (!(f & IBH_WRITE) || (f & (IBH_RECV | IBH_WORD)))

@@ -294,8 +294,10 @@ static uint32_t hand_icrc_v6(const struct sv_flow *f, const uint8_t *pkt, size_t
 /* IPv4 by hand, with or without DF. */
 static uint32_t hand_icrc_v4(const struct sv_flow *f, const uint8_t *pkt, size_t len, bool df)
 {
-	uint8_t m[256];
+	uint8_t m[1536];
 	size_t o = 8;
+
+	assert_true(len <= sizeof(m) - 36);
 
 	memset(m, 0xff, 8);
 	m[o++] = 0x45, m[o++] = 0xff;
@@ -477,6 +479,42 @@ static void test_icrc_iovecs(void **state)
 	/* len is what counts: bytes past it are not the packet's. */
 	struct iovec longer = { .iov_base = pkt, .iov_len = len + 4 };
 	assert_int_equal(sv_icrc(&f, &longer, 1, len), want);
+}
+
+/*
+ * Against zlib, for packets shorter and longer than the head icrc.c
+ * copies behind the pseudo-header (192 bytes), each cut in three pieces
+ * at the places where its copy and its in-place pass meet.
+ */
+static void test_icrc_lengths(void **state)
+{
+	static const size_t lens[] = { 5, 12, 16, 24, 191, 192, 193, 200, 247, 256, 300, 1100 };
+	struct sv_flow f = flow_v4("198.18.0.1", "198.18.0.2", 49152, 4791);
+	uint8_t pkt[1100];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(pkt); i++)
+		pkt[i] = (uint8_t)(i * 131 + 7);
+	for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
+		size_t len = lens[li];
+		uint32_t want = hand_icrc_v4(&f, pkt, len, true);
+		const size_t cuts[] = { 0, 1, 4, 5, 12, 100, 191, 192, 193, 250, len - 1, len };
+		for (size_t a = 0; a < sizeof(cuts) / sizeof(cuts[0]); a++) {
+			for (size_t b = a; b < sizeof(cuts) / sizeof(cuts[0]); b++) {
+				size_t x = cuts[a] < len ? cuts[a] : len, y = cuts[b] < len ? cuts[b] : len;
+				if (y < x)
+					continue;
+				struct iovec v[3] = {
+					{ .iov_base = pkt, .iov_len = x },
+					{ .iov_base = pkt + x, .iov_len = y - x },
+					{ .iov_base = pkt + y, .iov_len = len - y },
+				};
+				if (sv_icrc(&f, v, 3, len) != want)
+					fail_msg("length %zu cut at %zu and %zu: 0x%08x, zlib 0x%08x", len,
+						 x, y, sv_icrc(&f, v, 3, len), want);
+			}
+		}
+	}
 }
 
 /*
@@ -1442,6 +1480,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_flow_cmsg),
 		cmocka_unit_test(test_icrc_ipv4_df),
 		cmocka_unit_test(test_icrc_iovecs),
+		cmocka_unit_test(test_icrc_lengths),
 		cmocka_unit_test(test_icrc_upper_clean),
 		cmocka_unit_test(test_wire_plain),
 		cmocka_unit_test(test_wire_dup),

@@ -292,7 +292,7 @@ static bool forward(struct sv_link_ep *l, const uint8_t *buf, size_t len, const 
 /* One packet as received: its ICRC checked (A17.8: a bad one is dropped
  * silently), captured, then handed up or forwarded. */
 static void deliver(struct sv_link_ep *l, const uint8_t *buf, size_t len, const struct sv_route *r,
-		    bool forwarded)
+		    bool forwarded, uint64_t at)
 {
 	struct sv_flow f;
 
@@ -309,23 +309,30 @@ static void deliver(struct sv_link_ep *l, const uint8_t *buf, size_t len, const 
 	if (!forwarded && !sv_pkt_owns(l->ctx, bth_qpn((const struct ib_bth *)buf)) &&
 	    forward(l, buf, len, r))
 		return;
-	struct sv_link_pkt p = { buf, len - 4, *r };
+	struct sv_link_pkt p = { buf, len - 4, *r, at };
 	sv_pkt_rx(l->ctx, &p);
 }
 
 /* Receives what is waiting, up to a few batches; the caller holds the
- * context's rx lock.  Returns the number of packets.  A CQ poller
- * (poller true) that got packets from the wire leaves the forwarding
- * socket for a later poll, one in FWD_EVERY at least, so that its
- * application meets them one system call sooner: packets reach it there
- * only on a host with several contexts, and never while the wire is
- * quiet. */
+ * context's rx lock and read the clock (now) just before.  Returns the
+ * number of packets.  A CQ poller (poller true) that got packets from
+ * the wire leaves the forwarding socket for a later poll, one in
+ * FWD_EVERY at least, so that its application meets them one system call
+ * sooner: packets reach it there only on a host with several contexts,
+ * and never while the wire is quiet.
+ *
+ * A batch's packets carry the time its read began (sv_link_pkt.at): each
+ * was in the socket by the time the read returned, so that is when it
+ * arrived, within the read, as a NIC would stamp it; later batches read
+ * the clock again. */
 #define FWD_EVERY	8
-static int receive(struct sv_link_ep *l, bool poller)
+static int receive(struct sv_link_ep *l, bool poller, uint64_t now)
 {
 	int total = 0;
 
 	for (int round = 0; round < 4; round++) {
+		if (round)
+			now = sv_now_ns();
 		for (int i = 0; i < RX_BATCH; i++) {
 			l->iovs[i] = (struct iovec){ l->bufs[i], RX_BUF };
 			l->msgs[i].msg_hdr = (struct msghdr){
@@ -342,7 +349,7 @@ static int receive(struct sv_link_ep *l, bool poller)
 			size_t len = l->msgs[i].msg_len, seg = gso > 0 ? (size_t)gso : len, off = 0;
 			do {	/* an empty datagram too: it is counted as malformed */
 				deliver(l, l->bufs[i] + off, len - off < seg ? len - off : seg, &r,
-					false);
+					false, now);
 				off += seg;
 			} while (off < len);
 		}
@@ -364,7 +371,8 @@ static int receive(struct sv_link_ep *l, bool poller)
 					      .tclass = h.tclass, .ttl = h.ttl, .v4 = h.v4 != 0,
 					      .flow = h.flow, .ifindex = h.ifindex };
 			atomic_fetch_add_explicit(&l->st->rx_fwd_in, 1, memory_order_relaxed);
-			deliver(l, l->bufs[i] + sizeof(h), l->msgs[i].msg_len - sizeof(h), &r, true);
+			deliver(l, l->bufs[i] + sizeof(h), l->msgs[i].msg_len - sizeof(h), &r, true,
+				now);
 		}
 		n = n > 0 ? n : 0;
 		m = m > 0 ? m : 0;
@@ -416,7 +424,7 @@ static void *rx_thread(void *arg)
 			break;
 		now = sv_now_ns();
 		if ((np > 1 && (p[1].revents || p[2].revents)) && sv_pkt_rx_lock(l->ctx, true)) {
-			receive(l, false);
+			receive(l, false, now);
 			sv_pkt_rx_unlock(l->ctx);
 		}
 		if ((l->next_tick && now >= l->next_tick) || p[0].revents)
@@ -683,6 +691,18 @@ struct tx_batch {
 	struct iovec giov[TX_BATCH * (SV_MAX_SGE + 4)];
 	char gctl[TX_BATCH][SV_FLOW_CMSG_SPACE + CMSG_SPACE(sizeof(uint16_t))]
 		__attribute__((aligned(8)));
+	/* The last route sent on and what link_send made of it: a QP's
+	 * packets, and the ACKs that leave with its replies, share one, so
+	 * most packets skip building the flow, address and ancillary data
+	 * again (memcmp: a route differing only in padding is a miss,
+	 * never a wrong hit). */
+	bool have_last;
+	struct sv_route last;
+	struct sv_flow lflow;
+	union sa lto;
+	socklen_t ltolen;
+	size_t lcl;
+	char lctl[SV_FLOW_CMSG_SPACE] __attribute__((aligned(8)));
 };
 static __thread struct tx_batch *txb;
 static pthread_key_t txb_key;
@@ -798,18 +818,38 @@ static void link_flush(struct sv_link_ep *l)
 	b->n = 0;
 }
 
+static struct tx_batch *tx_batch(void)
+{
+	pthread_once(&txb_once, txb_init);
+	struct tx_batch *b = txb;
+	if (!b) {
+		b = txb = calloc(1, sizeof(*b));
+		if (b)
+			pthread_setspecific(txb_key, b);
+	}
+	return b;
+}
+
 static int link_send(struct sv_link_ep *l, int fd, const struct sv_route *r, const struct iovec *pkt,
 		     int n, size_t len)
 {
-	struct sv_flow f;
-	uint32_t icrc;
+	struct tx_batch *b = tx_batch();
 
+	if (!b)
+		return ENOMEM;
 	if (n + 1 > SV_MAX_SGE + 4 || pkt[0].iov_len > TX_HDR)
 		return EINVAL;
-	flow_of(&f, r, true);
-	icrc = htole32(sv_icrc(&f, pkt, n, len));	/* little-endian on the wire (icrc.c) */
-	union sa to;
-	socklen_t tolen = dest_of(r, &to);
+	if (!b->have_last || memcmp(&b->last, r, sizeof(*r))) {
+		flow_of(&b->lflow, r, true);
+		b->ltolen = dest_of(r, &b->lto);
+		b->lcl = b->ltolen ? sv_flow_cmsg(&b->lflow, b->lto.sa.sa_family, b->lctl,
+						  sizeof(b->lctl)) : 0;
+		b->last = *r;
+		b->have_last = true;
+	}
+	const struct sv_flow *f = &b->lflow;
+	uint32_t icrc = htole32(sv_icrc(f, pkt, n, len));	/* little-endian on the wire (icrc.c) */
+	socklen_t tolen = b->ltolen;
 	if (!tolen)
 		return EAFNOSUPPORT;	/* IPv6, on a kernel without it */
 	if (r->v4 && IN_MULTICAST(((uint32_t)r->dst.s6_addr[12] << 24) | r->dst.s6_addr[13] << 16 |
@@ -828,15 +868,7 @@ static int link_send(struct sv_link_ep *l, int fd, const struct sv_route *r, con
 		struct iovec iov[SV_MAX_SGE + 4];
 		memcpy(iov, pkt, (size_t)n * sizeof(*pkt));
 		iov[n] = (struct iovec){ &icrc, 4 };
-		return sv_wire_send(fd, &to.sa, tolen, &f, iov, n + 1, len + 4);
-	}
-	pthread_once(&txb_once, txb_init);
-	struct tx_batch *b = txb;
-	if (!b) {
-		b = txb = calloc(1, sizeof(*b));
-		if (!b)
-			return ENOMEM;
-		pthread_setspecific(txb_key, b);
+		return sv_wire_send(fd, &b->lto.sa, tolen, f, iov, n + 1, len + 4);
 	}
 	if (b->n && (b->fd != fd || b->n == TX_BATCH))
 		link_flush(l);
@@ -847,8 +879,9 @@ static int link_send(struct sv_link_ep *l, int fd, const struct sv_route *r, con
 	memcpy(&b->iov[i][1], &pkt[1], (size_t)(n - 1) * sizeof(*pkt));
 	b->icrc[i] = icrc;
 	b->iov[i][n] = (struct iovec){ &b->icrc[i], 4 };
-	b->to[i] = to;
-	size_t cl = sv_flow_cmsg(&f, to.sa.sa_family, b->ctl[i], sizeof(b->ctl[i]));
+	b->to[i] = b->lto;
+	size_t cl = b->lcl;
+	memcpy(b->ctl[i], b->lctl, cl);
 	b->m[i].msg_hdr = (struct msghdr){ .msg_name = &b->to[i], .msg_namelen = tolen,
 					   .msg_iov = b->iov[i], .msg_iovlen = (size_t)n + 1,
 					   .msg_control = cl ? b->ctl[i] : NULL, .msg_controllen = cl };
@@ -857,10 +890,12 @@ static int link_send(struct sv_link_ep *l, int fd, const struct sv_route *r, con
 
 static bool link_poll(struct sv_link_ep *l)
 {
-	atomic_store_explicit(&l->last_poll, sv_now_ns(), memory_order_relaxed);
+	uint64_t now = sv_now_ns();
+
+	atomic_store_explicit(&l->last_poll, now, memory_order_relaxed);
 	if (!sv_pkt_rx_lock(l->ctx, false))
 		return false;
-	int n = receive(l, true);
+	int n = receive(l, true, now);
 	sv_pkt_rx_unlock_poller(l->ctx);
 	return n > 0;
 }
@@ -874,7 +909,7 @@ static bool link_poll(struct sv_link_ep *l)
 static void link_drain(struct sv_link_ep *l)
 {
 	sv_pkt_rx_lock(l->ctx, true);
-	receive(l, false);
+	receive(l, false, sv_now_ns());
 	sv_pkt_rx_unlock(l->ctx);
 }
 

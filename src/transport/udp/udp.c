@@ -162,7 +162,10 @@ struct sv_link_ep {
 	unsigned fwd_skipped;		/* polls that left the forwarding socket (rx_lock) */
 	/* Receive buffers (rx_lock). */
 	uint8_t (*bufs)[RX_BUF];
-	struct mmsghdr msgs[RX_BATCH];
+	/* Set up once (rx_init): a read changes only the name and control
+	 * lengths of the entries it filled, which rx_reset() restores.  The
+	 * forwarding socket's entries share the buffers. */
+	struct mmsghdr msgs[RX_BATCH], fmsgs[RX_BATCH];
 	struct iovec iovs[RX_BATCH];
 	union sa from[RX_BATCH];
 	/* Room for UDP_GRO, IP_PKTINFO, IPV6_PKTINFO, TOS/TTL or traffic
@@ -326,6 +329,24 @@ static void deliver(struct sv_link_ep *l, const uint8_t *buf, size_t len, const 
  * arrived, within the read, as a NIC would stamp it; later batches read
  * the clock again. */
 #define FWD_EVERY	8
+
+static void rx_reset(struct sv_link_ep *l, int i)
+{
+	l->msgs[i].msg_hdr.msg_namelen = sizeof(l->from[i]);
+	l->msgs[i].msg_hdr.msg_controllen = sizeof(l->ctl[i]);
+}
+
+static void rx_init(struct sv_link_ep *l)
+{
+	for (int i = 0; i < RX_BATCH; i++) {
+		l->iovs[i] = (struct iovec){ l->bufs[i], RX_BUF };
+		l->msgs[i].msg_hdr = (struct msghdr){ .msg_name = &l->from[i], .msg_iov = &l->iovs[i],
+						      .msg_iovlen = 1, .msg_control = l->ctl[i] };
+		rx_reset(l, i);
+		l->fmsgs[i].msg_hdr = (struct msghdr){ .msg_iov = &l->iovs[i], .msg_iovlen = 1 };
+	}
+}
+
 static int receive(struct sv_link_ep *l, bool poller, uint64_t now)
 {
 	int total = 0;
@@ -333,14 +354,6 @@ static int receive(struct sv_link_ep *l, bool poller, uint64_t now)
 	for (int round = 0; round < 4; round++) {
 		if (round)
 			now = sv_now_ns();
-		for (int i = 0; i < RX_BATCH; i++) {
-			l->iovs[i] = (struct iovec){ l->bufs[i], RX_BUF };
-			l->msgs[i].msg_hdr = (struct msghdr){
-				.msg_name = &l->from[i], .msg_namelen = sizeof(l->from[i]),
-				.msg_iov = &l->iovs[i], .msg_iovlen = 1,
-				.msg_control = l->ctl[i], .msg_controllen = sizeof(l->ctl[i]),
-			};
-		}
 		int n = recvmmsg(l->sock, l->msgs, RX_BATCH, MSG_DONTWAIT, NULL);
 		for (int i = 0; i < n; i++) {
 			struct sv_route r;
@@ -352,26 +365,22 @@ static int receive(struct sv_link_ep *l, bool poller, uint64_t now)
 					false, now);
 				off += seg;
 			} while (off < len);
+			rx_reset(l, i);
 		}
 		if (poller && n > 0 && ++l->fwd_skipped < FWD_EVERY)
 			return total + n;
 		l->fwd_skipped = 0;
-		int k = 0;
-		for (; k < RX_BATCH; k++) {
-			l->iovs[k] = (struct iovec){ l->bufs[k], RX_BUF };
-			l->msgs[k].msg_hdr = (struct msghdr){ .msg_iov = &l->iovs[k], .msg_iovlen = 1 };
-		}
-		int m = recvmmsg(l->fwd, l->msgs, RX_BATCH, MSG_DONTWAIT, NULL);
+		int m = recvmmsg(l->fwd, l->fmsgs, RX_BATCH, MSG_DONTWAIT, NULL);
 		for (int i = 0; i < m; i++) {
 			struct fwd_hdr h;
-			if (l->msgs[i].msg_len < sizeof(h))
+			if (l->fmsgs[i].msg_len < sizeof(h))
 				continue;
 			memcpy(&h, l->bufs[i], sizeof(h));
 			struct sv_route r = { .src = h.src, .dst = h.dst, .sport = h.sport,
 					      .tclass = h.tclass, .ttl = h.ttl, .v4 = h.v4 != 0,
 					      .flow = h.flow, .ifindex = h.ifindex };
 			atomic_fetch_add_explicit(&l->st->rx_fwd_in, 1, memory_order_relaxed);
-			deliver(l, l->bufs[i] + sizeof(h), l->msgs[i].msg_len - sizeof(h), &r, true,
+			deliver(l, l->bufs[i] + sizeof(h), l->fmsgs[i].msg_len - sizeof(h), &r, true,
 				now);
 		}
 		n = n > 0 ? n : 0;
@@ -457,6 +466,7 @@ static struct sv_link_ep *link_open(struct sv_context *c, char *why, size_t len)
 		return NULL;
 	}
 	l->ctx = c;
+	rx_init(l);
 	l->st = sv_pkt_ep_stats(c);
 	l->st->port = SV_ROCE_PORT;
 	l->sock = l->fwd = l->efd = -1;

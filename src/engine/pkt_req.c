@@ -196,9 +196,14 @@ static int send_one(struct pkt_qp *q, struct sv_swqe *w, uint32_t k, const struc
 		np = sv_iov_slice(liov, nl, off, plen, pl);
 	}
 	/* AckReq on each message's last packet, and every so often in a
-	 * long one so that the window keeps moving (IBA 9.7.5.1.1). */
+	 * long one so that the window keeps moving (IBA 9.7.5.1.1); and on
+	 * the probe after a timeout, which waits for its answer alone: a
+	 * responder acknowledges a FIRST or MIDDLE packet only when asked,
+	 * so a probe that filled the hole went unanswered and cost a
+	 * second timeout of the retry_cnt budget. */
 	bool ackreq = tr != IB_TR_UC && tr != IB_TR_UD &&
-		      (last || (k + 1) % PKT_ACKREQ_EVERY == 0);
+		      (last || (k + 1) % PKT_ACKREQ_EVERY == 0 ||
+		       (q->probing && psn_add(w->psn, k) == q->probe_psn));
 	bool se = last && (w->send_flags & IBV_SEND_SOLICITED);
 	uint32_t dqpn = tr == IB_TR_UD ? w->remote_qpn : q->dest_qpn;
 	bth_set(bth, (uint8_t)(tr | op), se, (unsigned)(-plen & 3), 0xffff, dqpn, ackreq,

@@ -268,8 +268,13 @@ struct sv_transport_ops {
 	/* Packets sent may wait in a batch until this; the payloads they
 	 * reference must stay valid until then. */
 	void (*flush)(struct sv_link_ep *l);
-	/* A thread polling a CQ drives reception: true if it received. */
-	bool (*poll)(struct sv_link_ep *l);
+	/* A thread polling a CQ drives reception: true if it received.
+	 * What the engine holds back after such a poll (its ACKs) waits for
+	 * the next poll, or for a tick the link runs once polls have
+	 * stopped coming.  armed: the CQ asked for an event
+	 * (ibv_req_notify_cq), so its application is about to wait for it
+	 * instead of polling on. */
+	bool (*poll)(struct sv_link_ep *l, bool armed);
 	/* The process is leaving: what waits in the endpoint is received,
 	 * and what belongs to other contexts of the host is handed to them,
 	 * now (the caller holds no engine lock). */
@@ -373,9 +378,9 @@ static inline void sv_tp_no_link(struct sv_link_ep *l)	/* flush, drain */
 {
 	(void)l;
 }
-static inline bool sv_tp_no_poll(struct sv_link_ep *l)
+static inline bool sv_tp_no_poll(struct sv_link_ep *l, bool armed)
 {
-	(void)l;
+	(void)l, (void)armed;
 	return false;
 }
 static inline void sv_tp_no_want_tick(struct sv_link_ep *l, uint64_t when_ns)
@@ -441,7 +446,7 @@ void sv_pkt_qp_detach(struct sv_qp *qp);	/* RESET, destroy */
  * of its QPs is a member. */
 void sv_pkt_mcast(struct sv_qp *qp, const union ibv_gid *mgid, bool join);
 void sv_pkt_ctx_close(struct sv_context *c);
-void sv_pkt_poll(struct sv_context *c);	/* a CQ poller found nothing */
+void sv_pkt_poll(struct sv_context *c, bool armed);	/* a CQ poller found nothing */
 /* Whether the address vector reaches another host; *why when it
  * reaches nothing. */
 bool sv_route_remote(const struct sv_device *dev, const struct ibv_ah_attr *av,

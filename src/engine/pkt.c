@@ -721,12 +721,12 @@ int sv_pkt_qp_route(struct sv_qp *qp, const struct ibv_qp_attr *a, int mask, cha
 	return 0;
 }
 
-void sv_pkt_poll(struct sv_context *c)
+void sv_pkt_poll(struct sv_context *c, bool armed)
 {
 	struct pkt_ctx *pc = c->pkt;
 
 	if (pc)
-		pc->ops->poll(pc->link);
+		pc->ops->poll(pc->link, armed);
 }
 
 /* ---- sending ---- */
@@ -803,23 +803,21 @@ void sv_pkt_rx_unlock(struct sv_context *c)
  * QP of this context, which sends them in its own system call
  * (sv_pkt_sq_run: a ping-pong's reply carries its ACK), or for the next
  * poll, which sends what an earlier one held, or at the latest for the
- * thread's tick.  Responses (READ, atomic) and NAKs leave at once.  An
- * ACK may be delayed (IBA 9.7.5.1.1 sets no deadline below the
- * requester's timeout); 200 us is far below the smallest one in use.
+ * tick the link runs once the polls stop (sv_transport_ops.poll).
+ * Responses (READ, atomic) and NAKs leave at once.  An ACK may be
+ * delayed (IBA 9.7.5.1.1 sets no deadline below the requester's
+ * timeout); the udp link's bound, 2 ms, is far below the smallest one in
+ * use.
  */
 void sv_pkt_rx_unlock_poller(struct sv_context *c)
 {
 	struct pkt_ctx *pc = c->pkt;
 
 	pkt_gpu_flush(pc);
-	if (!pc->acks || atomic_load_explicit(&pc->acks_held, memory_order_relaxed)) {
+	if (!pc->acks || atomic_load_explicit(&pc->acks_held, memory_order_relaxed))
 		pkt_send_acks(pc);
-	} else {
+	else
 		atomic_store_explicit(&pc->acks_held, true, memory_order_relaxed);
-		/* An ACK is owed only for a packet of this batch, so rx_at is
-		 * this batch's clock. */
-		pc->ops->want_tick(pc->link, pc->rx_at + PKT_ACK_HOLD_NS);
-	}
 	pc->ops->flush(pc->link);
 	pthread_mutex_unlock(&pc->rx_lock);
 }
@@ -849,7 +847,6 @@ void sv_pkt_rx(struct sv_context *c, const struct sv_link_pkt *p)
 
 	if (SV_PORT_DOWN(sv_reg_port(c->dev->index)))
 		return;	/* nothing arrives through a port that is down */
-	pc->rx_at = p->at;
 	/* Header checks (IBA 9.6.1.1): room for BTH, a known opcode of a
 	 * known transport, TVer 0, and room for its headers and pad. */
 	if (p->len < sizeof(*bth) || bth_tver(bth) != 0 ||

@@ -24,11 +24,6 @@
  * answers a repeated atomic from its record, never executing it twice). */
 #define PKT_ATOMIC_RES		16u
 #define PKT_HASH		256u
-/* How long a CQ poller's ACKs may wait for the thread's tick at most
- * (sv_pkt_rx_unlock_poller): far below any retransmission timeout, and no
- * shorter than the link's poller window (transport/udp/udp.c POLLER_NS),
- * or every held ACK wakes the thread. */
-#define PKT_ACK_HOLD_NS		200000ull
 #define PKT_HDR_MAX		64u
 
 enum pkt_wqe_state { PW_NEW, PW_SENT, PW_DONE, PW_ERROR };
@@ -115,7 +110,6 @@ struct pkt_ctx {
 	pthread_mutex_t qps_lock;	/* `all`: the QPs whose timers run */
 	struct pkt_qp *hash[PKT_HASH];
 	struct pkt_qp *acks;		/* QPs owing an ACK at the end of this batch */
-	uint64_t rx_at;			/* the last packet's sv_link_pkt.at (rx_lock) */
 	/* A CQ poller's batch holds its ACKs back (sv_pkt_rx_unlock_poller):
 	 * set under rx_lock; read without it by the requester, which sends
 	 * them with its next packets when it can take rx_lock. */

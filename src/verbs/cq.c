@@ -179,7 +179,7 @@ static bool cq_empty(struct sv_cq *cq)
 	/* A context that talks to other hosts receives here first, so a
 	 * polling application meets its packets without a thread wake-up. */
 	if (cq->ctx->pkt) {
-		sv_pkt_poll(cq->ctx);
+		sv_pkt_poll(cq->ctx, atomic_load_explicit(&cq->sh->armed, memory_order_relaxed));
 		if (cq_maybe_ready(cq))
 			return false;
 	}

@@ -893,6 +893,103 @@ static void test_receiver_exits_at_once(void **state)
 	}
 }
 
+/*
+ * Over packets, the ACK of a message a CQ poller received waits for the
+ * application's next post or poll (engine/pkt.c), and at most until its
+ * polls stop (transport/udp/udp.c: the endpoint thread ticks as the
+ * poller window closes); a poll of an armed CQ, whose application is
+ * about to wait for the event, holds none.  The receiver here polls,
+ * gets its completion and stops; the sender's only try (retry_cnt 0,
+ * timeout 14: 67 ms) ends in RETRY_EXC_ERR if the ACK stays held.  The
+ * unarmed receiver polls for 20 ms before the SEND, so that its thread
+ * leaves the socket to the polls and the poll is what receives it; the
+ * armed one races its thread for the packet, so there are 20 rounds.
+ * On shm there is no ACK, and the SENDs simply complete.
+ */
+static void drain_cq_events(struct ibv_comp_channel *ch)
+{
+	struct pollfd p = { .fd = ch->fd, .events = POLLIN };
+	struct ibv_cq *cq;
+	void *ctx;
+
+	while (poll(&p, 1, 0) == 1) {
+		assert_int_equal(ibv_get_cq_event(ch, &cq, &ctx), 0);
+		ibv_ack_cq_events(cq, 1);
+	}
+}
+
+static void test_held_ack_is_sent(void **state)
+{
+	static const struct {
+		const char *what;
+		bool armed;
+	} cases[] = {
+		{ "a poller that stops", false },
+		{ "polls of an armed CQ", true },
+	};
+	(void)state;
+	struct qp_opts o = rc_default;
+	o.retry_cnt = 0;
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		struct end a, b;
+		struct ibv_comp_channel *ch = NULL;
+		end_open(&a, &o);
+		end_open(&b, &o);
+		if (cases[c].armed) {
+			ch = ibv_create_comp_channel(b.ctx);
+			assert_non_null(ch);
+			ibv_destroy_qp(b.qp);
+			ibv_destroy_cq(b.cq);
+			b.cq = ibv_create_cq(b.ctx, 256, NULL, ch, 0);
+			assert_non_null(b.cq);
+			struct ibv_qp_init_attr ia = { .send_cq = b.cq, .recv_cq = b.cq,
+						       .qp_type = IBV_QPT_RC,
+						       .cap = { 64, 64, 4, 4, 64 } };
+			b.qp = ibv_create_qp(b.pd, &ia);
+			assert_non_null(b.qp);
+		}
+		connect_qp(a.qp, &b, b.qp->qp_num, &o);
+		connect_qp(b.qp, &a, a.qp->qp_num, &o);
+		for (int round = 0; round < (cases[c].armed ? 20 : 3); round++) {
+			struct ibv_wc wc;
+			post_recv(&b, b.buf, 64, 1);
+			if (ch) {
+				assert_int_equal(ibv_req_notify_cq(b.cq, 0), 0);
+			} else {
+				struct timespec t0, t;
+				clock_gettime(CLOCK_MONOTONIC, &t0);
+				do {
+					assert_int_equal(ibv_poll_cq(b.cq, 1, &wc), 0);
+					clock_gettime(CLOCK_MONOTONIC, &t);
+				} while ((t.tv_sec - t0.tv_sec) * 1000000000L + t.tv_nsec - t0.tv_nsec <
+					 20000000L);
+			}
+			assert_int_equal(post(&a, IBV_WR_SEND, a.buf, 64, a.mr->lkey, 0, 0, 2,
+					      IBV_SEND_SIGNALED), 0);
+			wc = poll_one(b.cq);
+			assert_int_equal(wc.status, IBV_WC_SUCCESS);
+			wc = poll_one(a.cq);
+			if (wc.status != IBV_WC_SUCCESS)
+				fail_msg("%s, round %d: the SEND ended %s", cases[c].what, round,
+					 ibv_wc_status_str(wc.status));
+			if (ch)
+				drain_cq_events(ch);
+		}
+		end_close(&a);
+		if (ch) {	/* the channel goes before its context */
+			assert_int_equal(ibv_destroy_qp(b.qp), 0);
+			assert_int_equal(ibv_destroy_cq(b.cq), 0);
+			assert_int_equal(ibv_destroy_comp_channel(ch), 0);
+			assert_int_equal(ibv_dereg_mr(b.mr), 0);
+			assert_int_equal(ibv_dealloc_pd(b.pd), 0);
+			assert_int_equal(ibv_close_device(b.ctx), 0);
+			free(b.buf);
+		} else {
+			end_close(&b);
+		}
+	}
+}
+
 static void test_64mib_into_sleeping_private(void **state) { (void)state; one_sided_into_sleeper(0); }
 static void test_64mib_into_sleeping_sysv_shm(void **state) { (void)state; one_sided_into_sleeper(1); }
 static void test_64mib_into_sleeping_posix_shm(void **state) { (void)state; one_sided_into_sleeper(2); }
@@ -1078,6 +1175,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_ud_multicast),
 		cmocka_unit_test(test_odp_page_unmapped_after_registration),
 		cmocka_unit_test(test_receiver_exits_at_once),
+		cmocka_unit_test(test_held_ack_is_sent),
 		cmocka_unit_test(test_64mib_into_sleeping_private),
 		cmocka_unit_test(test_64mib_into_sleeping_sysv_shm),
 		cmocka_unit_test(test_64mib_into_sleeping_posix_shm),

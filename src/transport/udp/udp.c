@@ -22,7 +22,8 @@
  * poll(2) until a packet or a timer is due, and any thread polling one of
  * the context's CQs, which receives first (sv_pkt_poll), so that the
  * latency path needs no thread wake-up.  While such pollers are active
- * the thread watches only timers.
+ * the thread watches only timers; when they stop, it ticks the engine,
+ * which hands it what they left (held ACKs), and watches the sockets.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -61,13 +62,19 @@
 /* With UDP_GRO one datagram read may hold up to 64 KiB of segments. */
 #define RX_BUF		65536
 #define SOCK_BUF	(4 << 20)
-/* Pollers count as active for this long after their last poll: an
- * application that polls less often than this gets its packets from the
- * thread.  The engine holds a poller's ACKs no shorter (PKT_ACK_HOLD_NS),
- * so a held ACK's tick falls after the thread's next look and asks
- * nothing of it; at 2 ms here every held ACK woke the thread, and
- * ib_send_lat across a veth went from 5.5-7.0 to 11.4-13.6 us. */
-#define POLLER_NS	200000ull
+/*
+ * The poller window: pollers count as active until a look of the thread
+ * finds no poll in it.  It starts short, so that an application that
+ * polls only now and then gets its packets from the thread, and doubles
+ * while the polls go on: each look is a thread wake-up on the poller's
+ * core, and on a virtual machine a wake-up's timer and switches cost the
+ * poller tens of microseconds.  What a poller leaves (held ACKs, packets
+ * that came after its last poll) waits two windows at most, far below
+ * any retransmission timeout in use (IBA 9.7.6.1.3's 4.096 us x
+ * 2^timeout: 2 ms is timeout 9; rdma-core's tools and perftest use 14).
+ */
+#define POLLER_MIN_NS	200000ull
+#define POLLER_MAX_NS	1000000ull
 
 /* What a forwarded packet carries before it: where it came from (the
  * route, field by field; between processes of one host, host order). */
@@ -152,13 +159,19 @@ struct sv_link_ep {
 	int efd;			/* wakes the thread: a nearer timer, or stop */
 	pthread_t thr;
 	atomic_bool stop;
-	_Atomic uint64_t wake_at;	/* when the thread will look at timers next */
+	/* When the thread looks next (UINT64_MAX: on a packet or a kick
+	 * only), and whether it sleeps watching the sockets, no poller seen.
+	 * Stored by the thread before it reads want_at and last_poll again,
+	 * read by want_tick() and link_poll() after they store those (all
+	 * sequentially consistent): either the thread sees the new time or
+	 * poll, or they see it asleep past it and kick. */
+	_Atomic uint64_t wake_at;
+	atomic_bool watching;
 	_Atomic uint64_t last_poll;	/* a CQ poller received last then */
-	/* Set by want_tick() before it reads wake_at, taken by the thread
-	 * after it stores wake_at (both sequentially consistent): either
-	 * the thread sees a new timer or the requester sees it asleep. */
-	atomic_bool dirty;
-	uint64_t next_tick;		/* the engine's next timer, 0 none (rx_lock) */
+	_Atomic uint64_t want_at;	/* the earliest tick asked for, UINT64_MAX none */
+	uint64_t next_tick;		/* the engine's next timer, 0 none (thread) */
+	uint64_t window;		/* the poller window (thread) */
+	bool polled;			/* pollers were active at the last look (thread) */
 	unsigned fwd_skipped;		/* polls that left the forwarding socket (rx_lock) */
 	/* Receive buffers (rx_lock). */
 	uint8_t (*bufs)[RX_BUF];
@@ -392,6 +405,24 @@ static int receive(struct sv_link_ep *l, bool poller, uint64_t now)
 	return total;
 }
 
+/*
+ * The thread ticks the engine only when something is due: its next timer,
+ * a time want_tick() asked for, or the end of a poller window.  A tick
+ * takes rx_lock, which a poller holds through each of its reads, so a
+ * tick on every look (each RC send asks for one: its retransmission
+ * timer) made the poller and the thread wait for each other.
+ */
+static uint64_t earliest(uint64_t a, uint64_t b)
+{
+	return a < b ? a : b;
+}
+
+/* A poll's time may be later than the caller's clock read. */
+static bool polling(struct sv_link_ep *l, uint64_t now)
+{
+	return atomic_load(&l->last_poll) + l->window > now;
+}
+
 static void *rx_thread(void *arg)
 {
 	struct sv_link_ep *l = arg;
@@ -399,20 +430,34 @@ static void *rx_thread(void *arg)
 	sv_thread_prompt();
 	while (!atomic_load(&l->stop)) {
 		uint64_t now = sv_now_ns();
-		bool pollers = now - atomic_load_explicit(&l->last_poll, memory_order_relaxed) <
-			       POLLER_NS;
-		uint64_t due = l->next_tick, held = sv_wire_flush(now);
-		if (held && (!due || held < due))
-			due = held;
-		if (pollers && (!due || due > now + POLLER_NS))
-			due = now + POLLER_NS;
-		atomic_store(&l->wake_at, due ? due : UINT64_MAX);
-		if (atomic_exchange(&l->dirty, false)) {
+		bool pollers = polling(l, now);
+		bool left = l->polled && !pollers;
+		l->polled = pollers;
+		if (!pollers)
+			l->window = POLLER_MIN_NS;
+		if (left || (l->next_tick && now >= l->next_tick) ||
+		    atomic_load(&l->want_at) <= now) {
+			/* What is asked for from here on stays asked: the
+			 * engine's state behind earlier asks is in place, and
+			 * the tick's scan sees it. */
+			atomic_store(&l->want_at, UINT64_MAX);
 			l->next_tick = sv_pkt_tick(l->ctx, now);
 			continue;
 		}
+		uint64_t due = earliest(l->next_tick ? l->next_tick : UINT64_MAX,
+					atomic_load(&l->want_at));
+		uint64_t held = sv_wire_flush(now);
+		if (held)
+			due = earliest(due, held);
+		if (pollers)
+			due = earliest(due, now + l->window);
+		atomic_store(&l->wake_at, due);
+		atomic_store(&l->watching, !pollers);
+		if (atomic_load(&l->want_at) < due ||
+		    (!pollers && polling(l, now)))
+			continue;	/* asked for, or polled, meanwhile */
 		struct timespec ts, *tp = NULL;
-		if (due) {
+		if (due != UINT64_MAX) {
 			uint64_t d = due <= now ? 0 : due - now;
 			ts = (struct timespec){ (time_t)(d / 1000000000u), (long)(d % 1000000000u) };
 			tp = &ts;
@@ -421,8 +466,11 @@ static void *rx_thread(void *arg)
 			{ l->efd, POLLIN, 0 }, { l->sock, POLLIN, 0 }, { l->fwd, POLLIN, 0 },
 		};
 		int np = pollers ? 1 : 3;
-		if (ppoll(p, (nfds_t)np, tp, NULL) < 0 && errno != EINTR)
+		int k = ppoll(p, (nfds_t)np, tp, NULL);
+		if (k < 0 && errno != EINTR)
 			break;
+		if (!k && pollers)	/* a quiet look while they poll */
+			l->window = earliest(2 * l->window, POLLER_MAX_NS);
 		if (p[0].revents) {
 			uint64_t v;
 			if (read(l->efd, &v, sizeof(v)) < 0) {
@@ -431,13 +479,10 @@ static void *rx_thread(void *arg)
 		}
 		if (atomic_load(&l->stop))
 			break;
-		now = sv_now_ns();
 		if ((np > 1 && (p[1].revents || p[2].revents)) && sv_pkt_rx_lock(l->ctx, true)) {
-			receive(l, false, now);
+			receive(l, false, sv_now_ns());
 			sv_pkt_rx_unlock(l->ctx);
 		}
-		if ((l->next_tick && now >= l->next_tick) || p[0].revents)
-			l->next_tick = sv_pkt_tick(l->ctx, now);
 	}
 	return NULL;
 }
@@ -524,6 +569,8 @@ static struct sv_link_ep *link_open(struct sv_context *c, char *why, size_t len)
 		goto fail;
 	}
 	atomic_store(&l->wake_at, UINT64_MAX);
+	atomic_store(&l->want_at, UINT64_MAX);
+	l->window = POLLER_MIN_NS;
 	int err = pthread_create(&l->thr, NULL, rx_thread, l);
 	if (err) {
 		snprintf(why, len, "cannot start the receive thread: %s", strerror(err));
@@ -898,15 +945,30 @@ static int link_send(struct sv_link_ep *l, int fd, const struct sv_route *r, con
 	return 0;
 }
 
-static bool link_poll(struct sv_link_ep *l)
+/*
+ * The first poll after a quiet spell wakes the thread, which watches the
+ * sockets then, so that it opens a window and ticks as it closes: what
+ * the poller leaves held is sent by then.  A poll of an armed CQ
+ * (ibv_req_notify_cq) receives but opens no window and holds nothing
+ * back: its application is about to wait for the CQ's event, which the
+ * thread's reception is to bring.
+ */
+static bool link_poll(struct sv_link_ep *l, bool armed)
 {
 	uint64_t now = sv_now_ns();
 
-	atomic_store_explicit(&l->last_poll, now, memory_order_relaxed);
+	if (!armed) {
+		atomic_store(&l->last_poll, now);
+		if (atomic_load(&l->watching) && atomic_exchange(&l->watching, false))
+			kick(l);
+	}
 	if (!sv_pkt_rx_lock(l->ctx, false))
 		return false;
 	int n = receive(l, true, now);
-	sv_pkt_rx_unlock_poller(l->ctx);
+	if (armed)
+		sv_pkt_rx_unlock(l->ctx);
+	else
+		sv_pkt_rx_unlock_poller(l->ctx);
 	return n > 0;
 }
 
@@ -925,8 +987,11 @@ static void link_drain(struct sv_link_ep *l)
 
 static void link_want_tick(struct sv_link_ep *l, uint64_t when)
 {
-	atomic_store(&l->dirty, true);
-	if (when < atomic_load_explicit(&l->wake_at, memory_order_relaxed))
+	uint64_t cur = atomic_load(&l->want_at);
+
+	while (when < cur && !atomic_compare_exchange_weak(&l->want_at, &cur, when))
+		;
+	if (when < atomic_load(&l->wake_at))
 		kick(l);
 }
 

@@ -10,6 +10,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <sys/socket.h>
 #include <signal.h>
@@ -990,6 +991,53 @@ static void test_held_ack_is_sent(void **state)
 	}
 }
 
+/*
+ * A thread that polls a CQ and is cancelled (pthread_cancel, deferred) at
+ * its next cancellation point: ibv_poll_cq is none, as in rdma-core, so
+ * the thread dies outside it and leaves no lock held.  Over packets a
+ * poll receives, with the context's reception lock held through its
+ * read; when that read was a cancellation point, a cancel landed there in
+ * most rounds and the context received nothing more (the SEND below
+ * found no taker).  Here it is cancelled while polling, 20 times, and the
+ * context must still receive and complete a SEND.
+ */
+static void *poll_until_cancelled(void *arg)
+{
+	struct ibv_cq *cq = arg;
+	struct ibv_wc wc;
+
+	for (;;) {
+		if (ibv_poll_cq(cq, 1, &wc) < 0)
+			return (void *)1;
+		pthread_testcancel();
+	}
+}
+
+static void test_poller_cancelled(void **state)
+{
+	(void)state;
+	struct end a, b;
+	pair_up(&a, &b, &rc_default);
+	for (int round = 0; round < 20; round++) {
+		pthread_t t;
+		void *ret;
+		assert_int_equal(pthread_create(&t, NULL, poll_until_cancelled, b.cq), 0);
+		usleep(1000);
+		assert_int_equal(pthread_cancel(t), 0);
+		assert_int_equal(pthread_join(t, &ret), 0);
+		assert_ptr_equal(ret, PTHREAD_CANCELED);
+		post_recv(&b, b.buf, 64, 1);
+		assert_int_equal(post(&a, IBV_WR_SEND, a.buf, 64, a.mr->lkey, 0, 0, 2,
+				      IBV_SEND_SIGNALED), 0);
+		struct ibv_wc wc = poll_one(b.cq);
+		assert_int_equal(wc.status, IBV_WC_SUCCESS);
+		wc = poll_one(a.cq);
+		assert_int_equal(wc.status, IBV_WC_SUCCESS);
+	}
+	end_close(&a);
+	end_close(&b);
+}
+
 static void test_64mib_into_sleeping_private(void **state) { (void)state; one_sided_into_sleeper(0); }
 static void test_64mib_into_sleeping_sysv_shm(void **state) { (void)state; one_sided_into_sleeper(1); }
 static void test_64mib_into_sleeping_posix_shm(void **state) { (void)state; one_sided_into_sleeper(2); }
@@ -1176,6 +1224,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_odp_page_unmapped_after_registration),
 		cmocka_unit_test(test_receiver_exits_at_once),
 		cmocka_unit_test(test_held_ack_is_sent),
+		cmocka_unit_test(test_poller_cancelled),
 		cmocka_unit_test(test_64mib_into_sleeping_private),
 		cmocka_unit_test(test_64mib_into_sleeping_sysv_shm),
 		cmocka_unit_test(test_64mib_into_sleeping_posix_shm),

@@ -235,7 +235,7 @@ static size_t frame_headers(const struct sv_flow *f, const struct iovec *pkt, in
 /* sendmsg(2) of the whole datagram, again after a signal: 0 or errno. */
 static int send_datagram(int sock, const struct msghdr *m)
 {
-	while (sendmsg(sock, m, 0) < 0)
+	while (sv_sendmsg(sock, m, 0) < 0)
 		if (errno != EINTR)
 			return errno;
 	return 0;
@@ -245,7 +245,7 @@ static int send_datagram(int sock, const struct msghdr *m)
 static int write_all(int fd, struct iovec *iov, int n)
 {
 	while (n > 0) {
-		ssize_t w = writev(fd, iov, n);
+		ssize_t w = sv_writev(fd, iov, n);
 
 		if (w < 0) {
 			if (errno == EINTR)

@@ -13,7 +13,37 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
+#include <unistd.h>
+
+/*
+ * The link's system calls, raw: glibc's wrappers of these are
+ * cancellation points, and the link makes them from the application's
+ * verbs (a CQ poll receives, a post sends) with engine locks held.  A
+ * verb is no cancellation point, as in rdma-core, so a thread cancelled
+ * (pthread_cancel, deferred) at its next one never dies holding a lock.
+ */
+static inline int sv_recvmmsg(int fd, struct mmsghdr *m, unsigned n, int flags)
+{
+	return (int)syscall(SYS_recvmmsg, fd, m, n, flags, NULL);
+}
+static inline int sv_sendmmsg(int fd, struct mmsghdr *m, unsigned n, int flags)
+{
+	return (int)syscall(SYS_sendmmsg, fd, m, n, flags);
+}
+static inline ssize_t sv_sendmsg(int fd, const struct msghdr *m, int flags)
+{
+	return syscall(SYS_sendmsg, fd, m, flags);
+}
+static inline ssize_t sv_writev(int fd, const struct iovec *iov, int n)
+{
+	return syscall(SYS_writev, fd, iov, n);
+}
+static inline ssize_t sv_write(int fd, const void *buf, size_t len)
+{
+	return syscall(SYS_write, fd, buf, len);
+}
 
 /* The IP and UDP fields the ICRC covers, and a capture records: the
  * addresses (IPv4 as IPv4-mapped IPv6), ports in host order, and for IPv4

@@ -298,7 +298,7 @@ static bool forward(struct sv_link_ep *l, const uint8_t *buf, size_t len, const 
 	/* A short wait, not none: a fresh network namespace queues only 10
 	 * datagrams on an AF_UNIX socket (net.unix.max_dgram_qlen), and a
 	 * burst would be lost there.  SO_SNDTIMEO bounds it. */
-	if (sendmsg(l->fwd, &m, 0) < 0)
+	if (sv_sendmsg(l->fwd, &m, 0) < 0)
 		atomic_fetch_add_explicit(&l->st->rx_no_owner, 1, memory_order_relaxed);
 	else
 		atomic_fetch_add_explicit(&l->st->rx_forwarded, 1, memory_order_relaxed);
@@ -367,7 +367,7 @@ static int receive(struct sv_link_ep *l, bool poller, uint64_t now)
 	for (int round = 0; round < 4; round++) {
 		if (round)
 			now = sv_now_ns();
-		int n = recvmmsg(l->sock, l->msgs, RX_BATCH, MSG_DONTWAIT, NULL);
+		int n = sv_recvmmsg(l->sock, l->msgs, RX_BATCH, MSG_DONTWAIT);
 		for (int i = 0; i < n; i++) {
 			struct sv_route r;
 			int gso;
@@ -383,7 +383,7 @@ static int receive(struct sv_link_ep *l, bool poller, uint64_t now)
 		if (poller && n > 0 && ++l->fwd_skipped < FWD_EVERY)
 			return total + n;
 		l->fwd_skipped = 0;
-		int m = recvmmsg(l->fwd, l->fmsgs, RX_BATCH, MSG_DONTWAIT, NULL);
+		int m = sv_recvmmsg(l->fwd, l->fmsgs, RX_BATCH, MSG_DONTWAIT);
 		for (int i = 0; i < m; i++) {
 			struct fwd_hdr h;
 			if (l->fmsgs[i].msg_len < sizeof(h))
@@ -593,7 +593,7 @@ static void kick(struct sv_link_ep *l)
 {
 	uint64_t one = 1;
 
-	if (write(l->efd, &one, sizeof(one)) < 0) {
+	if (sv_write(l->efd, &one, sizeof(one)) < 0) {
 		/* the counter is full: the thread is being woken anyway */
 	}
 }
@@ -797,7 +797,7 @@ static bool gso_run(const struct tx_batch *b, const struct mmsghdr *m)
 static void send_msgs(const struct tx_batch *b, struct mmsghdr *m, int n)
 {
 	for (int i = 0; i < n;) {
-		int k = sendmmsg(b->fd, m + i, (unsigned)(n - i), 0);
+		int k = sv_sendmmsg(b->fd, m + i, (unsigned)(n - i), 0);
 		if (k < 0 && errno == EINTR)
 			continue;
 		if (k < 0 && (errno == EIO || errno == EINVAL) && gso_run(b, &m[i])) {

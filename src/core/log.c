@@ -44,8 +44,10 @@ static void emit(const char *prefix, const char *fmt, va_list ap)
 	if (n > (int)sizeof(line) - 2)
 		n = (int)sizeof(line) - 2;
 	line[n++] = '\n';
-	/* A failed diagnostic write has nowhere better to go. */
-	ssize_t w = write(STDERR_FILENO, line, (size_t)n);
+	/* A failed diagnostic write has nowhere better to go.  Raw: glibc's
+	 * write() is a cancellation point, and a diagnostic may come from a
+	 * verb that holds an engine lock (transport/udp/tap.h says why). */
+	ssize_t w = syscall(SYS_write, STDERR_FILENO, line, (size_t)n);
 	(void)w;
 }
 

@@ -35,6 +35,7 @@
 #include <netinet/ip.h>
 #include <netinet/udp.h>
 #include <poll.h>
+#include <sched.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,6 +76,16 @@
  */
 #define POLLER_MIN_NS	200000ull
 #define POLLER_MAX_NS	1000000ull
+/*
+ * After the thread has received, with no poller about, it keeps looking
+ * at its sockets this long (yielding its core between looks) before it
+ * sleeps: a request-response stream to an application that waits
+ * elsewhere (ib_read_lat's responder, an event loop) then finds it
+ * awake, where a wake-up costs tens of microseconds on a virtual
+ * machine.  A NIC's polling driver does the same; an idle process still
+ * sleeps.
+ */
+#define LINGER_NS	50000ull
 
 /* What a forwarded packet carries before it: where it came from (the
  * route, field by field; between processes of one host, host order). */
@@ -171,6 +182,7 @@ struct sv_link_ep {
 	_Atomic uint64_t want_at;	/* the earliest tick asked for, UINT64_MAX none */
 	uint64_t next_tick;		/* the engine's next timer, 0 none (thread) */
 	uint64_t window;		/* the poller window (thread) */
+	uint64_t linger_until;		/* the thread looks without sleeping until then */
 	bool polled;			/* pollers were active at the last look (thread) */
 	unsigned fwd_skipped;		/* polls that left the forwarding socket (rx_lock) */
 	/* Receive buffers (rx_lock). */
@@ -451,6 +463,9 @@ static void *rx_thread(void *arg)
 			due = earliest(due, held);
 		if (pollers)
 			due = earliest(due, now + l->window);
+		bool linger = !pollers && now < l->linger_until;
+		if (linger)
+			due = now;
 		atomic_store(&l->wake_at, due);
 		atomic_store(&l->watching, !pollers);
 		if (atomic_load(&l->want_at) < due ||
@@ -480,8 +495,11 @@ static void *rx_thread(void *arg)
 		if (atomic_load(&l->stop))
 			break;
 		if ((np > 1 && (p[1].revents || p[2].revents)) && sv_pkt_rx_lock(l->ctx, true)) {
-			receive(l, false, sv_now_ns());
+			if (receive(l, false, sv_now_ns()) > 0)
+				l->linger_until = sv_now_ns() + LINGER_NS;
 			sv_pkt_rx_unlock(l->ctx);
+		} else if (linger) {
+			sched_yield();
 		}
 	}
 	return NULL;

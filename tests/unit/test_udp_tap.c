@@ -623,6 +623,7 @@ struct sender {
 	int s;
 	uint16_t port;
 	unsigned first, count;
+	uint32_t ep;		/* sv_wire_send's sender */
 	bool stamp;
 	int ret;
 	uint64_t max_gap;	/* ns between two sends, at most */
@@ -635,12 +636,14 @@ static void *send_packets(void *arg)
 				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	struct sockaddr_in me;
 	socklen_t ml = sizeof(me);
+	char src[INET_ADDRSTRLEN];
 
-	if (getsockname(w->s, (struct sockaddr *)&me, &ml)) {
+	if (getsockname(w->s, (struct sockaddr *)&me, &ml) ||
+	    !inet_ntop(AF_INET, &me.sin_addr, src, sizeof(src))) {
 		w->ret = 11;
 		return NULL;
 	}
-	struct sv_flow f = flow_v4("127.0.0.1", "127.0.0.1", ntohs(me.sin_port), w->port);
+	struct sv_flow f = flow_v4(src, "127.0.0.1", ntohs(me.sin_port), w->port);
 	uint64_t last = 0;
 
 	for (unsigned i = w->first; i < w->first + w->count; i++) {
@@ -654,7 +657,7 @@ static void *send_packets(void *arg)
 		if (last && now - last > w->max_gap)
 			w->max_gap = now - last;
 		last = now;
-		if (sv_wire_send(w->s, (struct sockaddr *)&to, sizeof(to), &f, iov, 2, len)) {
+		if (sv_wire_send(w->s, (struct sockaddr *)&to, sizeof(to), &f, w->ep, iov, 2, len)) {
 			w->ret = 12;
 			return NULL;
 		}
@@ -675,10 +678,12 @@ static void *send_packets(void *arg)
  * with the SOFTVERBS_FAULT it was given, flushes until nothing is held,
  * and writes its counters to status_fd.  flags: t = stamp send times,
  * f = sv_wire_forget before flushing, m = CHILD_THREADS threads share
- * the packets (and the socket) and flush as they go. */
+ * the packets (and the socket) and flush as they go, e = send as the
+ * host's second process (sender 1, not 0), a = send from 127.0.0.2. */
 static int child(uint16_t port, unsigned count, int status_fd, const char *flags)
 {
-	struct sockaddr_in me = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct sockaddr_in me = { .sin_family = AF_INET,
+				  .sin_addr.s_addr = htonl(strchr(flags, 'a') ? 0x7f000002 : INADDR_LOOPBACK) };
 	int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	unsigned nt = strchr(flags, 'm') ? CHILD_THREADS : 1;
 	struct sender w[CHILD_THREADS];
@@ -690,6 +695,7 @@ static int child(uint16_t port, unsigned count, int status_fd, const char *flags
 	for (unsigned i = 0; i < nt; i++) {
 		w[i] = (struct sender){ .s = s, .port = port, .first = count / nt * i,
 					.count = i + 1 < nt ? count / nt : count - count / nt * i,
+					.ep = strchr(flags, 'e') ? 1 : 0,
 					.stamp = strchr(flags, 't') != NULL };
 		if (nt == 1)
 			send_packets(&w[i]);
@@ -741,12 +747,14 @@ static void record(struct rx *rx, int s, uint16_t port)
 	uint8_t p[256];
 	ssize_t n = recvfrom(s, p, sizeof(p), MSG_DONTWAIT, (struct sockaddr *)&from, &fl);
 	uint64_t stamp, now = mono_ns();
+	char src[INET_ADDRSTRLEN];
 
 	if (n < 0)
 		return;
 	assert_int_equal(n, PKT_LEN);
 	assert_true(rx->n < MAX_RX);
-	struct sv_flow f = flow_v4("127.0.0.1", "127.0.0.1", ntohs(from.sin_port), port);
+	assert_non_null(inet_ntop(AF_INET, &from.sin_addr, src, sizeof(src)));
+	struct sv_flow f = flow_v4(src, "127.0.0.1", ntohs(from.sin_port), port);
 	memcpy(&rx->seq[rx->n], p + 24, 4);
 	memcpy(&stamp, p + 28, 8);
 	rx->latency[rx->n] = stamp ? now - stamp : 0;
@@ -882,7 +890,7 @@ static void test_wire_dual_stack(void **state)
 	struct iovec iov = { p, len };
 	struct sockaddr_in6 to = { .sin6_family = AF_INET6, .sin6_port = htons(port),
 				   .sin6_addr = f4.dst };
-	assert_int_equal(sv_wire_send(s, (struct sockaddr *)&to, sizeof(to), &f4, &iov, 1, len), 0);
+	assert_int_equal(sv_wire_send(s, (struct sockaddr *)&to, sizeof(to), &f4, 0, &iov, 1, len), 0);
 	recv_marks(r, &src, &tc, &hops);
 	assert_memory_equal(&src, &f4.src, 16);		/* ::ffff:127.0.0.2 */
 	assert_int_equal(tc, 0x48);
@@ -893,7 +901,7 @@ static void test_wire_dual_stack(void **state)
 	to.sin6_addr = f6.dst;
 	len = make_packet(&f6, 2, 0, p);
 	iov.iov_len = len;
-	int err = sv_wire_send(s, (struct sockaddr *)&to, sizeof(to), &f6, &iov, 1, len);
+	int err = sv_wire_send(s, (struct sockaddr *)&to, sizeof(to), &f6, 0, &iov, 1, len);
 	if (err == EADDRNOTAVAIL || err == ENETUNREACH || err == EINVAL) {
 		print_message("no ::1 here (%s): the IPv6 half is not run\n", strerror(err));
 	} else {
@@ -921,7 +929,7 @@ static void test_wire_plain(void **state)
 	struct iovec iov = { .iov_base = p, .iov_len = len };
 
 	sv_fault_counts(&before);
-	assert_int_equal(sv_wire_send(s, (struct sockaddr *)&to, sizeof(to), &f, &iov, 1, len), 0);
+	assert_int_equal(sv_wire_send(s, (struct sockaddr *)&to, sizeof(to), &f, 0, &iov, 1, len), 0);
 	assert_int_equal(sv_wire_flush(mono_ns()), 0);
 	assert_int_equal(recv(r, got, sizeof(got), 0), len);
 	assert_memory_equal(got, p, len);
@@ -932,7 +940,7 @@ static void test_wire_plain(void **state)
 	assert_true(after.dropped == before.dropped && after.delayed == before.delayed);
 	/* A socket error comes back as an errno. */
 	struct sockaddr_in6 bad6 = { .sin6_family = AF_INET6 };
-	assert_int_not_equal(sv_wire_send(s, (struct sockaddr *)&bad6, sizeof(bad6), &f, &iov, 1, len), 0);
+	assert_int_not_equal(sv_wire_send(s, (struct sockaddr *)&bad6, sizeof(bad6), &f, 0, &iov, 1, len), 0);
 	close(r);
 	close(s);
 }
@@ -1097,22 +1105,36 @@ static void test_wire_held_cap(void **state)
 		assert_int_equal(rx.seq[i], 4096 + i);
 }
 
-/* The same seed, the same pattern; another seed, another. */
+static bool same_pattern(const struct rx *a, const struct rx *b)
+{
+	return a->n == b->n && !memcmp(a->seq, b->seq, a->n * sizeof(a->seq[0]));
+}
+
+/* The same seed and sender, the same pattern; another seed, another; and
+ * the same seed for another sender (another process of the host, or
+ * another host's address) another too: both ends of a connection given
+ * one SOFTVERBS_FAULT must not lose the same packet numbers. */
 static void test_wire_deterministic(void **state)
 {
-	static struct rx a, b, c;
+	static struct rx a, b, c, d, e;
 
 	run_child("drop=0.3,dup=0.3,seed=1234", NULL, 64, "-", &a);
 	run_child("drop=0.3,dup=0.3,seed=1234", NULL, 64, "-", &b);
 	run_child("drop=0.3,dup=0.3,seed=99", NULL, 64, "-", &c);
+	run_child("drop=0.3,dup=0.3,seed=1234", NULL, 64, "e", &d);
+	run_child("drop=0.3,dup=0.3,seed=1234", NULL, 64, "a", &e);
 	assert_true(a.counts.dropped > 0 && a.counts.duplicated > 0);
 	assert_int_equal(a.n, 64 - a.counts.dropped + a.counts.duplicated);
-	assert_int_equal(a.n, b.n);
-	assert_memory_equal(a.seq, b.seq, a.n * sizeof(a.seq[0]));
+	assert_true(same_pattern(&a, &b));
 	assert_memory_equal(&a.counts, &b.counts, sizeof(a.counts));
-	assert_false(a.n == c.n && !memcmp(a.seq, c.seq, a.n * sizeof(a.seq[0])));
+	assert_false(same_pattern(&a, &c));
+	assert_false(same_pattern(&a, &d));
+	assert_false(same_pattern(&a, &e));
+	assert_false(same_pattern(&d, &e));
 	/* Roughly the rates asked for. */
 	assert_in_range(a.counts.dropped, 8, 32);
+	for (unsigned i = 0; i < e.n; i++)
+		assert_true(e.icrc_ok[i]);
 }
 
 /* ------------------------------------------------------------------ */

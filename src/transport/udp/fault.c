@@ -5,13 +5,23 @@
  * (IBA 9.7, reliable service: retransmission, duplicate and out-of-
  * sequence PSNs; A17.8: a packet with a bad ICRC is dropped).
  *
- * Verdicts are a pure function of (seed, k), k the packet's number in
- * this process: one relaxed fetch-add numbers packets, and splitmix64
- * turns the pair into independent draws, one per fault.  A run with one
- * sending thread is therefore reproducible packet for packet; several
- * threads numbering packets in a racing order reproduce the fault rates,
- * not the pattern.  A PRNG state per thread was rejected: it would make
- * the pattern depend on which thread sent what.
+ * Verdicts are a pure function of (seed, sender, k), k the packet's
+ * number in this process: one relaxed fetch-add numbers packets, and
+ * splitmix64 turns the triple into independent draws, one per fault.  A
+ * run with one sending thread is therefore reproducible packet for
+ * packet; several threads numbering packets in a racing order reproduce
+ * the fault rates, not the pattern.  A PRNG state per thread was
+ * rejected: it would make the pattern depend on which thread sent what.
+ *
+ * The sender (the packet's source address and the process's registry
+ * endpoint) is in the draw because both ends of a connection are usually
+ * given the same SOFTVERBS_FAULT, and a real link's two directions lose
+ * independently.  With (seed, k) alone the ends drew one sequence, and
+ * their packet numbers advance together while a probe and its ACK go
+ * back and forth after a timeout: one run of losses in the sequence then
+ * took the probe or its answer on every retry, both ends' copies of it
+ * in turn (4 losses in a row cost 7 retries and ended an
+ * ibv_srq_pingpong in IBV_WC_RETRY_EXC_ERR, its peer alive).
  *
  * With faults off, the path is one sendmsg, one relaxed counter add and
  * the capture check; nothing is copied and no lock is taken.  With faults
@@ -259,9 +269,18 @@ struct verdict {
 	uint64_t corrupt_draw;	/* which byte, and how */
 };
 
-static struct verdict verdict_of(const struct sv_fault_cfg *c, uint64_t k)
+/* The sender as one word: its address and its registry endpoint. */
+static uint64_t sender_key(const struct sv_flow *f, uint32_t sender)
 {
-	uint64_t h = splitmix64(c->seed ^ splitmix64(k));
+	uint64_t a[2];
+
+	memcpy(a, &f->src, sizeof(a));
+	return splitmix64(splitmix64(a[0] ^ sender) ^ a[1]);
+}
+
+static struct verdict verdict_of(const struct sv_fault_cfg *c, uint64_t key, uint64_t k)
+{
+	uint64_t h = splitmix64(c->seed ^ key ^ splitmix64(k));
 	struct verdict v = { 0 };
 
 	if (hit(splitmix64(h + 1), c->drop))
@@ -514,11 +533,11 @@ static void delay(struct held *h, uint64_t now, uint32_t delay_us)
 static _Atomic uint64_t packet_seq;
 
 static int send_faulty(const struct sv_fault_cfg *c, int fd, const struct sockaddr *to,
-		       socklen_t tolen, const struct sv_flow *f, const struct iovec *pkt, int n,
-		       size_t len)
+		       socklen_t tolen, const struct sv_flow *f, uint32_t sender,
+		       const struct iovec *pkt, int n, size_t len)
 {
 	uint64_t k = atomic_fetch_add_explicit(&packet_seq, 1, memory_order_relaxed);
-	struct verdict v = verdict_of(c, k);
+	struct verdict v = verdict_of(c, sender_key(f, sender), k);
 	struct held *h = NULL, *w;
 	uint64_t now;
 	int ret = 0;
@@ -588,13 +607,13 @@ static int send_faulty(const struct sv_fault_cfg *c, int fd, const struct sockad
 }
 
 int sv_wire_send(int fd, const struct sockaddr *to, socklen_t tolen, const struct sv_flow *f,
-		 const struct iovec *pkt, int n, size_t len)
+		 uint32_t sender, const struct iovec *pkt, int n, size_t len)
 {
 	const struct sv_fault_cfg *c = sv_fault_config();
 
 	if (!c->on)
 		return xmit(fd, to, tolen, f, pkt, n, len);
-	return send_faulty(c, fd, to, tolen, f, pkt, n, len);
+	return send_faulty(c, fd, to, tolen, f, sender, pkt, n, len);
 }
 
 uint64_t sv_wire_flush(uint64_t now_ns)

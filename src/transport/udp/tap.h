@@ -114,7 +114,10 @@ struct sv_fault_counts { uint64_t sent, dropped, duplicated, reordered, corrupte
 /*
  * The wire out: sends one packet on fd to `to`, with the faults the
  * settings ask for, and captures what really left.  Deterministic: the
- * k-th packet this process sends gets the verdict hash(seed, k).
+ * k-th packet this process sends gets the verdict hash(seed, sender, k),
+ * the sender being the packet's source address (f->src) and which of
+ * its host's processes sends it (`sender`: its registry endpoint), so
+ * that two processes given the same seed lose independently.
  *   - drop: not sent (and not captured);
  *   - dup: sent twice;
  *   - corrupt: one byte of the copy sent is flipped (so its ICRC fails);
@@ -126,7 +129,7 @@ struct sv_fault_counts { uint64_t sent, dropped, duplicated, reordered, corrupte
  * the packet is lost, as on a congested link).
  */
 int sv_wire_send(int fd, const struct sockaddr *to, socklen_t tolen, const struct sv_flow *f,
-		 const struct iovec *pkt, int n, size_t len);
+		 uint32_t sender, const struct iovec *pkt, int n, size_t len);
 /* Held packets whose time has come are sent; returns the
  * CLOCK_MONOTONIC ns when the next one is due, or 0 when none is held. */
 uint64_t sv_wire_flush(uint64_t now_ns);

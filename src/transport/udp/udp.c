@@ -943,7 +943,7 @@ static int link_send(struct sv_link_ep *l, int fd, const struct sv_route *r, con
 		struct iovec iov[SV_MAX_SGE + 4];
 		memcpy(iov, pkt, (size_t)n * sizeof(*pkt));
 		iov[n] = (struct iovec){ &icrc, 4 };
-		return sv_wire_send(fd, &b->lto.sa, tolen, f, iov, n + 1, len + 4);
+		return sv_wire_send(fd, &b->lto.sa, tolen, f, l->ctx->ep, iov, n + 1, len + 4);
 	}
 	if (b->n && (b->fd != fd || b->n == TX_BATCH))
 		link_flush(l);

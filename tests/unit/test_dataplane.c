@@ -992,6 +992,126 @@ static void test_held_ack_is_sent(void **state)
 }
 
 /*
+ * Run with SOFTVERBS_FAULT=reorder=1 (unit.dataplane.udp_held): every
+ * packet is held back until its process sends its next one, or 1 ms.  A
+ * packet held by a thread other than the endpoint's (here the post)
+ * while that thread sleeps must still leave within the 1 ms: the thread
+ * is asked to look then.  The sender is a process of its own (any
+ * endpoint thread of a process sends what the process holds), its
+ * datagram starts no timer, and it never polls, so nothing else wakes
+ * its thread; when the packet waited for one, the receiver's event
+ * never came.
+ */
+static int held_sender(const struct end *b, int go)
+{
+	struct qp_opts o = { .type = IBV_QPT_UD };
+	struct ibv_context *ctx = ibv_open_device(devs[0]);
+	if (!ctx)
+		return 10;
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	struct ibv_cq *cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+	char *buf = calloc(1, 64);
+	struct ibv_mr *mr = pd && buf ? ibv_reg_mr(pd, buf, 64, 0) : NULL;
+	struct ibv_qp *qp = mr && cq ? ibv_create_qp(pd, &(struct ibv_qp_init_attr){
+					     .send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_UD,
+					     .cap = { 16, 16, 1, 1, 0 } }) : NULL;
+	if (!qp)
+		return 11;
+	connect_qp(qp, b, b->qp->qp_num, &o);
+	struct ibv_ah_attr aa = { .dlid = b->port.lid, .port_num = 1, .is_global = 1 };
+	aa.grh.dgid = b->gid;
+	struct ibv_ah *ah = ibv_create_ah(pd, &aa);
+	if (!ah)
+		return 12;
+	char c;
+	int sent = 0;
+	while (read(go, &c, 1) == 1) {
+		struct ibv_sge sge = { (uintptr_t)buf, 64, mr->lkey };
+		struct ibv_send_wr wr = { .wr_id = 1, .sg_list = &sge, .num_sge = 1,
+					  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED },
+				   *bad;
+		wr.wr.ud.ah = ah;
+		wr.wr.ud.remote_qpn = b->qp->qp_num;
+		wr.wr.ud.remote_qkey = 0x1234;
+		if (ibv_post_send(qp, &wr, &bad))
+			return 13;
+		sent++;
+	}
+	struct ibv_wc wc;
+	for (int got = 0; got < sent;) {
+		int n = ibv_poll_cq(cq, 1, &wc);
+		if (n < 0 || (n == 1 && wc.status != IBV_WC_SUCCESS))
+			return 14;
+		got += n;
+	}
+	ibv_destroy_ah(ah);
+	ibv_destroy_qp(qp);
+	ibv_dereg_mr(mr);
+	ibv_destroy_cq(cq);
+	ibv_dealloc_pd(pd);
+	return ibv_close_device(ctx) ? 15 : 0;
+}
+
+static void test_held_packet_leaves(void **state)
+{
+	(void)state;
+	struct qp_opts o = { .type = IBV_QPT_UD };
+	struct end b;
+	end_open(&b, &o);
+	struct ibv_comp_channel *ch = ibv_create_comp_channel(b.ctx);
+	assert_non_null(ch);
+	ibv_destroy_qp(b.qp);
+	ibv_destroy_cq(b.cq);
+	b.cq = ibv_create_cq(b.ctx, 64, NULL, ch, 0);
+	assert_non_null(b.cq);
+	b.qp = ibv_create_qp(b.pd, &(struct ibv_qp_init_attr){ .send_cq = b.cq, .recv_cq = b.cq,
+			     .qp_type = IBV_QPT_UD, .cap = { 16, 16, 1, 1, 0 } });
+	assert_non_null(b.qp);
+	connect_qp(b.qp, &b, b.qp->qp_num, &o);
+	int go[2];
+	assert_int_equal(pipe(go), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (!pid) {
+		close(go[1]);
+		_exit(held_sender(&b, go[0]));
+	}
+	close(go[0]);
+	for (int round = 0; round < 5; round++) {
+		struct pollfd p = { .fd = ch->fd, .events = POLLIN };
+		struct ibv_cq *cq;
+		void *cctx;
+		struct ibv_wc wc;
+
+		post_recv(&b, b.buf, 40 + 64, (uint64_t)round);
+		assert_int_equal(ibv_req_notify_cq(b.cq, 0), 0);
+		assert_int_equal(write(go[1], "g", 1), 1);
+		if (poll(&p, 1, 2000) != 1) {
+			kill(pid, SIGKILL);
+			waitpid(pid, NULL, 0);
+			fail_msg("round %d: the datagram did not arrive within 2 s", round);
+		}
+		assert_int_equal(ibv_get_cq_event(ch, &cq, &cctx), 0);
+		ibv_ack_cq_events(cq, 1);
+		assert_int_equal(ibv_poll_cq(b.cq, 1, &wc), 1);
+		assert_int_equal(wc.status, IBV_WC_SUCCESS);
+		assert_int_equal(wc.byte_len, 40 + 64);
+	}
+	close(go[1]);
+	int st;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+	assert_int_equal(ibv_destroy_qp(b.qp), 0);
+	assert_int_equal(ibv_destroy_cq(b.cq), 0);
+	assert_int_equal(ibv_destroy_comp_channel(ch), 0);
+	assert_int_equal(ibv_dereg_mr(b.mr), 0);
+	assert_int_equal(ibv_dealloc_pd(b.pd), 0);
+	assert_int_equal(ibv_close_device(b.ctx), 0);
+	free(b.buf);
+}
+
+/*
  * A thread that polls a CQ and is cancelled (pthread_cancel, deferred) at
  * its next cancellation point: ibv_poll_cq is none, as in rdma-core, so
  * the thread dies outside it and leaves no lock held.  Over packets a
@@ -1192,6 +1312,14 @@ int main(int argc, char **argv)
 		return rc;
 	}
 	devs = ibv_get_device_list(&n);
+	if (argc > 1 && !strcmp(argv[1], "--held")) {
+		const struct CMUnitTest held[] = {
+			cmocka_unit_test(test_held_packet_leaves),
+		};
+		int rc = cmocka_run_group_tests_name("held packets", held, NULL, NULL);
+		ibv_free_device_list(devs);
+		return rc;
+	}
 	if (argc > 1 && !strcmp(argv[1], "--without-cma")) {
 		forbid_cma();
 		cma_refused = true;

@@ -905,6 +905,8 @@ static struct tx_batch *tx_batch(void)
 	return b;
 }
 
+static void link_want_tick(struct sv_link_ep *l, uint64_t when);
+
 static int link_send(struct sv_link_ep *l, int fd, const struct sv_route *r, const struct iovec *pkt,
 		     int n, size_t len)
 {
@@ -943,7 +945,14 @@ static int link_send(struct sv_link_ep *l, int fd, const struct sv_route *r, con
 		struct iovec iov[SV_MAX_SGE + 4];
 		memcpy(iov, pkt, (size_t)n * sizeof(*pkt));
 		iov[n] = (struct iovec){ &icrc, 4 };
-		return sv_wire_send(fd, &b->lto.sa, tolen, f, l->ctx->ep, iov, n + 1, len + 4);
+		int err = sv_wire_send(fd, &b->lto.sa, tolen, f, l->ctx->ep, iov, n + 1, len + 4);
+		/* A packet held back (reorder, delay) leaves when the next one
+		 * does or when it is due, whichever comes first: the thread
+		 * must look then, though nothing else may wake it. */
+		uint64_t held = sv_wire_flush(sv_now_ns());
+		if (held)
+			link_want_tick(l, held);
+		return err;
 	}
 	if (b->n && (b->fd != fd || b->n == TX_BATCH))
 		link_flush(l);

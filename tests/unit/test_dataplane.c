@@ -997,14 +997,23 @@ static void test_held_ack_is_sent(void **state)
  * packet held by a thread other than the endpoint's (here the post)
  * while that thread sleeps must still leave within the 1 ms: the thread
  * is asked to look then.  The sender is a process of its own (any
- * endpoint thread of a process sends what the process holds), its
- * datagram starts no timer, and it never polls, so nothing else wakes
- * its thread; when the packet waited for one, the receiver's event
- * never came.
+ * endpoint thread of a process sends what the process holds), forked
+ * before this one starts threads (ThreadSanitizer follows no fork of a
+ * threaded process); its datagram starts no timer, and it never polls,
+ * so nothing else wakes its thread.  When the packet waited for one, the
+ * receiver's event never came.
  */
-static int held_sender(const struct end *b, int go)
+struct held_peer {
+	uint32_t qpn;
+	uint16_t lid;
+	union ibv_gid gid;
+};
+
+static int held_sender(int info, int go)
 {
-	struct qp_opts o = { .type = IBV_QPT_UD };
+	struct held_peer b;
+	if (read(info, &b, sizeof(b)) != (ssize_t)sizeof(b))
+		return 9;
 	struct ibv_context *ctx = ibv_open_device(devs[0]);
 	if (!ctx)
 		return 10;
@@ -1017,9 +1026,17 @@ static int held_sender(const struct end *b, int go)
 					     .cap = { 16, 16, 1, 1, 0 } }) : NULL;
 	if (!qp)
 		return 11;
-	connect_qp(qp, b, b->qp->qp_num, &o);
-	struct ibv_ah_attr aa = { .dlid = b->port.lid, .port_num = 1, .is_global = 1 };
-	aa.grh.dgid = b->gid;
+	struct ibv_qp_attr qa = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qkey = 0x1234 };
+	if (ibv_modify_qp(qp, &qa, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY))
+		return 16;
+	qa.qp_state = IBV_QPS_RTR;
+	if (ibv_modify_qp(qp, &qa, IBV_QP_STATE))
+		return 17;
+	qa.qp_state = IBV_QPS_RTS;
+	if (ibv_modify_qp(qp, &qa, IBV_QP_STATE | IBV_QP_SQ_PSN))
+		return 18;
+	struct ibv_ah_attr aa = { .dlid = b.lid, .port_num = 1, .is_global = 1 };
+	aa.grh.dgid = b.gid;
 	struct ibv_ah *ah = ibv_create_ah(pd, &aa);
 	if (!ah)
 		return 12;
@@ -1031,7 +1048,7 @@ static int held_sender(const struct end *b, int go)
 					  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED },
 				   *bad;
 		wr.wr.ud.ah = ah;
-		wr.wr.ud.remote_qpn = b->qp->qp_num;
+		wr.wr.ud.remote_qpn = b.qpn;
 		wr.wr.ud.remote_qkey = 0x1234;
 		if (ibv_post_send(qp, &wr, &bad))
 			return 13;
@@ -1055,6 +1072,18 @@ static int held_sender(const struct end *b, int go)
 static void test_held_packet_leaves(void **state)
 {
 	(void)state;
+	int info[2], go[2];
+	assert_int_equal(pipe(info), 0);
+	assert_int_equal(pipe(go), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (!pid) {
+		close(info[1]);
+		close(go[1]);
+		_exit(held_sender(info[0], go[0]));
+	}
+	close(info[0]);
+	close(go[0]);
 	struct qp_opts o = { .type = IBV_QPT_UD };
 	struct end b;
 	end_open(&b, &o);
@@ -1068,15 +1097,9 @@ static void test_held_packet_leaves(void **state)
 			     .qp_type = IBV_QPT_UD, .cap = { 16, 16, 1, 1, 0 } });
 	assert_non_null(b.qp);
 	connect_qp(b.qp, &b, b.qp->qp_num, &o);
-	int go[2];
-	assert_int_equal(pipe(go), 0);
-	pid_t pid = fork();
-	assert_true(pid >= 0);
-	if (!pid) {
-		close(go[1]);
-		_exit(held_sender(&b, go[0]));
-	}
-	close(go[0]);
+	struct held_peer hp = { .qpn = b.qp->qp_num, .lid = b.port.lid, .gid = b.gid };
+	assert_int_equal(write(info[1], &hp, sizeof(hp)), (ssize_t)sizeof(hp));
+	close(info[1]);
 	for (int round = 0; round < 5; round++) {
 		struct pollfd p = { .fd = ch->fd, .events = POLLIN };
 		struct ibv_cq *cq;

@@ -919,6 +919,19 @@ static void drain_cq_events(struct ibv_comp_channel *ch)
 	}
 }
 
+/* end_close for an end whose CQ has a completion channel: the channel
+ * goes after its CQ and before its context. */
+static void end_close_channel(struct end *e, struct ibv_comp_channel *ch)
+{
+	assert_int_equal(ibv_destroy_qp(e->qp), 0);
+	assert_int_equal(ibv_destroy_cq(e->cq), 0);
+	assert_int_equal(ibv_destroy_comp_channel(ch), 0);
+	assert_int_equal(ibv_dereg_mr(e->mr), 0);
+	assert_int_equal(ibv_dealloc_pd(e->pd), 0);
+	assert_int_equal(ibv_close_device(e->ctx), 0);
+	free(e->buf);
+}
+
 static void test_held_ack_is_sent(void **state)
 {
 	static const struct {
@@ -977,17 +990,10 @@ static void test_held_ack_is_sent(void **state)
 				drain_cq_events(ch);
 		}
 		end_close(&a);
-		if (ch) {	/* the channel goes before its context */
-			assert_int_equal(ibv_destroy_qp(b.qp), 0);
-			assert_int_equal(ibv_destroy_cq(b.cq), 0);
-			assert_int_equal(ibv_destroy_comp_channel(ch), 0);
-			assert_int_equal(ibv_dereg_mr(b.mr), 0);
-			assert_int_equal(ibv_dealloc_pd(b.pd), 0);
-			assert_int_equal(ibv_close_device(b.ctx), 0);
-			free(b.buf);
-		} else {
+		if (ch)
+			end_close_channel(&b, ch);
+		else
 			end_close(&b);
-		}
 	}
 }
 
@@ -1125,13 +1131,7 @@ static void test_held_packet_leaves(void **state)
 	assert_int_equal(waitpid(pid, &st, 0), pid);
 	assert_true(WIFEXITED(st));
 	assert_int_equal(WEXITSTATUS(st), 0);
-	assert_int_equal(ibv_destroy_qp(b.qp), 0);
-	assert_int_equal(ibv_destroy_cq(b.cq), 0);
-	assert_int_equal(ibv_destroy_comp_channel(ch), 0);
-	assert_int_equal(ibv_dereg_mr(b.mr), 0);
-	assert_int_equal(ibv_dealloc_pd(b.pd), 0);
-	assert_int_equal(ibv_close_device(b.ctx), 0);
-	free(b.buf);
+	end_close_channel(&b, ch);
 }
 
 /*

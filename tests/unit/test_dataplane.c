@@ -919,6 +919,23 @@ static void drain_cq_events(struct ibv_comp_channel *ch)
 	}
 }
 
+/* An end's CQ again, on a completion channel of its own, and its QP
+ * (still in RESET) on that CQ; end_close_channel() closes it. */
+static struct ibv_comp_channel *end_channel(struct end *e, enum ibv_qp_type type)
+{
+	struct ibv_comp_channel *ch = ibv_create_comp_channel(e->ctx);
+	assert_non_null(ch);
+	assert_int_equal(ibv_destroy_qp(e->qp), 0);
+	assert_int_equal(ibv_destroy_cq(e->cq), 0);
+	e->cq = ibv_create_cq(e->ctx, 256, NULL, ch, 0);
+	assert_non_null(e->cq);
+	struct ibv_qp_init_attr ia = { .send_cq = e->cq, .recv_cq = e->cq, .qp_type = type,
+				       .cap = { 64, 64, 4, 4, 64 } };
+	e->qp = ibv_create_qp(e->pd, &ia);
+	assert_non_null(e->qp);
+	return ch;
+}
+
 /* end_close for an end whose CQ has a completion channel: the channel
  * goes after its CQ and before its context. */
 static void end_close_channel(struct end *e, struct ibv_comp_channel *ch)
@@ -949,19 +966,8 @@ static void test_held_ack_is_sent(void **state)
 		struct ibv_comp_channel *ch = NULL;
 		end_open(&a, &o);
 		end_open(&b, &o);
-		if (cases[c].armed) {
-			ch = ibv_create_comp_channel(b.ctx);
-			assert_non_null(ch);
-			ibv_destroy_qp(b.qp);
-			ibv_destroy_cq(b.cq);
-			b.cq = ibv_create_cq(b.ctx, 256, NULL, ch, 0);
-			assert_non_null(b.cq);
-			struct ibv_qp_init_attr ia = { .send_cq = b.cq, .recv_cq = b.cq,
-						       .qp_type = IBV_QPT_RC,
-						       .cap = { 64, 64, 4, 4, 64 } };
-			b.qp = ibv_create_qp(b.pd, &ia);
-			assert_non_null(b.qp);
-		}
+		if (cases[c].armed)
+			ch = end_channel(&b, IBV_QPT_RC);
 		connect_qp(a.qp, &b, b.qp->qp_num, &o);
 		connect_qp(b.qp, &a, a.qp->qp_num, &o);
 		for (int round = 0; round < (cases[c].armed ? 20 : 3); round++) {
@@ -1015,14 +1021,16 @@ struct held_peer {
 	union ibv_gid gid;
 };
 
+/* The forked sender: plain checks, each with an exit code of its own,
+ * not cmocka's asserts, which belong to the parent's test run. */
 static int held_sender(int info, int go)
 {
 	struct held_peer b;
 	if (read(info, &b, sizeof(b)) != (ssize_t)sizeof(b))
-		return 9;
+		return 10;
 	struct ibv_context *ctx = ibv_open_device(devs[0]);
 	if (!ctx)
-		return 10;
+		return 11;
 	struct ibv_pd *pd = ibv_alloc_pd(ctx);
 	struct ibv_cq *cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
 	char *buf = calloc(1, 64);
@@ -1031,21 +1039,21 @@ static int held_sender(int info, int go)
 					     .send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_UD,
 					     .cap = { 16, 16, 1, 1, 0 } }) : NULL;
 	if (!qp)
-		return 11;
+		return 12;
 	struct ibv_qp_attr qa = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qkey = 0x1234 };
 	if (ibv_modify_qp(qp, &qa, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY))
-		return 16;
+		return 13;
 	qa.qp_state = IBV_QPS_RTR;
 	if (ibv_modify_qp(qp, &qa, IBV_QP_STATE))
-		return 17;
+		return 14;
 	qa.qp_state = IBV_QPS_RTS;
 	if (ibv_modify_qp(qp, &qa, IBV_QP_STATE | IBV_QP_SQ_PSN))
-		return 18;
+		return 15;
 	struct ibv_ah_attr aa = { .dlid = b.lid, .port_num = 1, .is_global = 1 };
 	aa.grh.dgid = b.gid;
 	struct ibv_ah *ah = ibv_create_ah(pd, &aa);
 	if (!ah)
-		return 12;
+		return 16;
 	char c;
 	int sent = 0;
 	while (read(go, &c, 1) == 1) {
@@ -1057,14 +1065,14 @@ static int held_sender(int info, int go)
 		wr.wr.ud.remote_qpn = b.qpn;
 		wr.wr.ud.remote_qkey = 0x1234;
 		if (ibv_post_send(qp, &wr, &bad))
-			return 13;
+			return 17;
 		sent++;
 	}
 	struct ibv_wc wc;
 	for (int got = 0; got < sent;) {
 		int n = ibv_poll_cq(cq, 1, &wc);
 		if (n < 0 || (n == 1 && wc.status != IBV_WC_SUCCESS))
-			return 14;
+			return 18;
 		got += n;
 	}
 	ibv_destroy_ah(ah);
@@ -1072,7 +1080,7 @@ static int held_sender(int info, int go)
 	ibv_dereg_mr(mr);
 	ibv_destroy_cq(cq);
 	ibv_dealloc_pd(pd);
-	return ibv_close_device(ctx) ? 15 : 0;
+	return ibv_close_device(ctx) ? 19 : 0;
 }
 
 static void test_held_packet_leaves(void **state)
@@ -1093,15 +1101,7 @@ static void test_held_packet_leaves(void **state)
 	struct qp_opts o = { .type = IBV_QPT_UD };
 	struct end b;
 	end_open(&b, &o);
-	struct ibv_comp_channel *ch = ibv_create_comp_channel(b.ctx);
-	assert_non_null(ch);
-	ibv_destroy_qp(b.qp);
-	ibv_destroy_cq(b.cq);
-	b.cq = ibv_create_cq(b.ctx, 64, NULL, ch, 0);
-	assert_non_null(b.cq);
-	b.qp = ibv_create_qp(b.pd, &(struct ibv_qp_init_attr){ .send_cq = b.cq, .recv_cq = b.cq,
-			     .qp_type = IBV_QPT_UD, .cap = { 16, 16, 1, 1, 0 } });
-	assert_non_null(b.qp);
+	struct ibv_comp_channel *ch = end_channel(&b, IBV_QPT_UD);
 	connect_qp(b.qp, &b, b.qp->qp_num, &o);
 	struct held_peer hp = { .qpn = b.qp->qp_num, .lid = b.port.lid, .gid = b.gid };
 	assert_int_equal(write(info[1], &hp, sizeof(hp)), (ssize_t)sizeof(hp));

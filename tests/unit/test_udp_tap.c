@@ -657,7 +657,7 @@ static void *send_packets(void *arg)
 		if (last && now - last > w->max_gap)
 			w->max_gap = now - last;
 		last = now;
-		if (sv_wire_send(w->s, (struct sockaddr *)&to, sizeof(to), &f, w->ep, iov, 2, len)) {
+		if (sv_wire_send(w->s, (struct sockaddr *)&to, sizeof(to), &f, w->ep, iov, 2, len, NULL)) {
 			w->ret = 12;
 			return NULL;
 		}
@@ -890,7 +890,7 @@ static void test_wire_dual_stack(void **state)
 	struct iovec iov = { p, len };
 	struct sockaddr_in6 to = { .sin6_family = AF_INET6, .sin6_port = htons(port),
 				   .sin6_addr = f4.dst };
-	assert_int_equal(sv_wire_send(s, (struct sockaddr *)&to, sizeof(to), &f4, 0, &iov, 1, len), 0);
+	assert_int_equal(sv_wire_send(s, (struct sockaddr *)&to, sizeof(to), &f4, 0, &iov, 1, len, NULL), 0);
 	recv_marks(r, &src, &tc, &hops);
 	assert_memory_equal(&src, &f4.src, 16);		/* ::ffff:127.0.0.2 */
 	assert_int_equal(tc, 0x48);
@@ -901,7 +901,7 @@ static void test_wire_dual_stack(void **state)
 	to.sin6_addr = f6.dst;
 	len = make_packet(&f6, 2, 0, p);
 	iov.iov_len = len;
-	int err = sv_wire_send(s, (struct sockaddr *)&to, sizeof(to), &f6, 0, &iov, 1, len);
+	int err = sv_wire_send(s, (struct sockaddr *)&to, sizeof(to), &f6, 0, &iov, 1, len, NULL);
 	if (err == EADDRNOTAVAIL || err == ENETUNREACH || err == EINVAL) {
 		print_message("no ::1 here (%s): the IPv6 half is not run\n", strerror(err));
 	} else {
@@ -929,7 +929,7 @@ static void test_wire_plain(void **state)
 	struct iovec iov = { .iov_base = p, .iov_len = len };
 
 	sv_fault_counts(&before);
-	assert_int_equal(sv_wire_send(s, (struct sockaddr *)&to, sizeof(to), &f, 0, &iov, 1, len), 0);
+	assert_int_equal(sv_wire_send(s, (struct sockaddr *)&to, sizeof(to), &f, 0, &iov, 1, len, NULL), 0);
 	assert_int_equal(sv_wire_flush(mono_ns()), 0);
 	assert_int_equal(recv(r, got, sizeof(got), 0), len);
 	assert_memory_equal(got, p, len);
@@ -940,7 +940,7 @@ static void test_wire_plain(void **state)
 	assert_true(after.dropped == before.dropped && after.delayed == before.delayed);
 	/* A socket error comes back as an errno. */
 	struct sockaddr_in6 bad6 = { .sin6_family = AF_INET6 };
-	assert_int_not_equal(sv_wire_send(s, (struct sockaddr *)&bad6, sizeof(bad6), &f, 0, &iov, 1, len), 0);
+	assert_int_not_equal(sv_wire_send(s, (struct sockaddr *)&bad6, sizeof(bad6), &f, 0, &iov, 1, len, NULL), 0);
 	close(r);
 	close(s);
 }

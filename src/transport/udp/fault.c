@@ -529,12 +529,22 @@ static void delay(struct held *h, uint64_t now, uint32_t delay_us)
 	count(&counts.delayed);
 }
 
+/* When the first packet still held is due, 0 when none; under wire.lock. */
+static uint64_t next_due(void)
+{
+	uint64_t next = wire.head ? wire.head->due : 0;
+
+	if (wire.waiter && (!next || wire.waiter->due < next))
+		next = wire.waiter->due;
+	return next;
+}
+
 /* The k-th packet of this process: the number its verdict is drawn for. */
 static _Atomic uint64_t packet_seq;
 
 static int send_faulty(const struct sv_fault_cfg *c, int fd, const struct sockaddr *to,
 		       socklen_t tolen, const struct sv_flow *f, uint32_t sender,
-		       const struct iovec *pkt, int n, size_t len)
+		       const struct iovec *pkt, int n, size_t len, uint64_t *due)
 {
 	uint64_t k = atomic_fetch_add_explicit(&packet_seq, 1, memory_order_relaxed);
 	struct verdict v = verdict_of(c, sender_key(f, sender), k);
@@ -575,6 +585,7 @@ static int send_faulty(const struct sv_fault_cfg *c, int fd, const struct sockad
 		wire.waiter = h;
 		set_count(wire.count + 1);
 		count(&counts.reordered);
+		*due = next_due();
 		pthread_mutex_unlock(&wire.lock);
 		return 0;
 	}
@@ -602,18 +613,23 @@ static int send_faulty(const struct sv_fault_cfg *c, int fd, const struct sockad
 			set_count(wire.count - 1);
 		}
 	}
+	*due = next_due();
 	pthread_mutex_unlock(&wire.lock);
 	return ret;
 }
 
 int sv_wire_send(int fd, const struct sockaddr *to, socklen_t tolen, const struct sv_flow *f,
-		 uint32_t sender, const struct iovec *pkt, int n, size_t len)
+		 uint32_t sender, const struct iovec *pkt, int n, size_t len, uint64_t *due)
 {
 	const struct sv_fault_cfg *c = sv_fault_config();
+	uint64_t none;
 
+	if (!due)
+		due = &none;
+	*due = 0;
 	if (!c->on)
 		return xmit(fd, to, tolen, f, pkt, n, len);
-	return send_faulty(c, fd, to, tolen, f, sender, pkt, n, len);
+	return send_faulty(c, fd, to, tolen, f, sender, pkt, n, len, due);
 }
 
 uint64_t sv_wire_flush(uint64_t now_ns)
@@ -624,10 +640,7 @@ uint64_t sv_wire_flush(uint64_t now_ns)
 		return 0;
 	pthread_mutex_lock(&wire.lock);
 	send_due(now_ns);
-	if (wire.head)
-		next = wire.head->due;
-	if (wire.waiter && (!next || wire.waiter->due < next))
-		next = wire.waiter->due;
+	next = next_due();
 	pthread_mutex_unlock(&wire.lock);
 	return next;
 }

@@ -125,11 +125,14 @@ struct sv_fault_counts { uint64_t sent, dropped, duplicated, reordered, corrupte
  *     or at the latest 1 ms later;
  *   - delay: every packet is held for delay_us.
  * Held packets are copied; the caller may reuse its buffers at once.
+ * *due (due may be NULL): when the first packet held back is due
+ * (CLOCK_MONOTONIC ns), 0 when none; only sv_wire_flush() sends it
+ * then, so a caller that holds something must have it called by then.
  * Returns 0 or an errno (EAGAIN/ENOBUFS from a full socket buffer:
  * the packet is lost, as on a congested link).
  */
 int sv_wire_send(int fd, const struct sockaddr *to, socklen_t tolen, const struct sv_flow *f,
-		 uint32_t sender, const struct iovec *pkt, int n, size_t len);
+		 uint32_t sender, const struct iovec *pkt, int n, size_t len, uint64_t *due);
 /* Held packets whose time has come are sent; returns the
  * CLOCK_MONOTONIC ns when the next one is due, or 0 when none is held. */
 uint64_t sv_wire_flush(uint64_t now_ns);

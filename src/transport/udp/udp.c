@@ -945,13 +945,14 @@ static int link_send(struct sv_link_ep *l, int fd, const struct sv_route *r, con
 		struct iovec iov[SV_MAX_SGE + 4];
 		memcpy(iov, pkt, (size_t)n * sizeof(*pkt));
 		iov[n] = (struct iovec){ &icrc, 4 };
-		int err = sv_wire_send(fd, &b->lto.sa, tolen, f, l->ctx->ep, iov, n + 1, len + 4);
-		/* A packet held back (reorder, delay) leaves when the next one
-		 * does or when it is due, whichever comes first: the thread
-		 * must look then, though nothing else may wake it. */
-		uint64_t held = sv_wire_flush(sv_now_ns());
-		if (held)
-			link_want_tick(l, held);
+		uint64_t due;
+		int err = sv_wire_send(fd, &b->lto.sa, tolen, f, l->ctx->ep, iov, n + 1, len + 4,
+				       &due);
+		/* A packet held back (reorder, delay) leaves with the next one
+		 * or, at its due time, by the thread's sv_wire_flush(): the
+		 * thread must look then, though nothing else may wake it. */
+		if (due)
+			link_want_tick(l, due);
 		return err;
 	}
 	if (b->n && (b->fd != fd || b->n == TX_BATCH))

@@ -625,6 +625,7 @@ struct sender {
 	unsigned first, count;
 	uint32_t ep;		/* sv_wire_send's sender */
 	bool stamp;
+	bool check_due;		/* alone on the wire: its due time is exact */
 	int ret;
 	uint64_t max_gap;	/* ns between two sends, at most */
 };
@@ -657,8 +658,15 @@ static void *send_packets(void *arg)
 		if (last && now - last > w->max_gap)
 			w->max_gap = now - last;
 		last = now;
-		if (sv_wire_send(w->s, (struct sockaddr *)&to, sizeof(to), &f, w->ep, iov, 2, len, NULL)) {
+		uint64_t due;
+		if (sv_wire_send(w->s, (struct sockaddr *)&to, sizeof(to), &f, w->ep, iov, 2, len, &due)) {
 			w->ret = 12;
+			return NULL;
+		}
+		/* The due time reported is the held queue's own: a flush at
+		 * time 0 sends nothing and names it too (0 when none). */
+		if (w->check_due && due != sv_wire_flush(0)) {
+			w->ret = 16;
 			return NULL;
 		}
 		/* The caller's buffer is the caller's: never flipped. */
@@ -696,7 +704,7 @@ static int child(uint16_t port, unsigned count, int status_fd, const char *flags
 		w[i] = (struct sender){ .s = s, .port = port, .first = count / nt * i,
 					.count = i + 1 < nt ? count / nt : count - count / nt * i,
 					.ep = strchr(flags, 'e') ? 1 : 0,
-					.stamp = strchr(flags, 't') != NULL };
+					.stamp = strchr(flags, 't') != NULL, .check_due = nt == 1 };
 		if (nt == 1)
 			send_packets(&w[i]);
 		else if (pthread_create(&t[i], NULL, send_packets, &w[i]))

@@ -554,6 +554,7 @@ static int send_faulty(const struct sv_fault_cfg *c, int fd, const struct sockad
 
 	if (v.faults & SV_FAULT_DROP) {
 		count(&counts.dropped);
+		*due = sv_wire_flush(0);	/* sends nothing: what is held stays */
 		return 0;
 	}
 	if (tolen > sizeof(struct sockaddr_storage))

@@ -125,9 +125,11 @@ struct sv_fault_counts { uint64_t sent, dropped, duplicated, reordered, corrupte
  *     or at the latest 1 ms later;
  *   - delay: every packet is held for delay_us.
  * Held packets are copied; the caller may reuse its buffers at once.
- * *due (due may be NULL): when the first packet held back is due
- * (CLOCK_MONOTONIC ns), 0 when none; only sv_wire_flush() sends it
- * then, so a caller that holds something must have it called by then.
+ * *due (due may be NULL): when the call returns 0 with packets held,
+ * its own or earlier ones, the CLOCK_MONOTONIC ns the first is due;
+ * else 0.
+ * Only a later send or sv_wire_flush() sends a held packet, so the
+ * caller must have sv_wire_flush() called by then.
  * Returns 0 or an errno (EAGAIN/ENOBUFS from a full socket buffer:
  * the packet is lost, as on a congested link).
  */

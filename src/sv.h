@@ -809,6 +809,7 @@ void sv_qp_enter_state(struct sv_qp *qp, enum ibv_qp_state cur, enum ibv_qp_stat
 void sv_qp_to_err(struct sv_qp *qp, int ev);	/* ev: an ibv_event_type, or -1 */
 /* Applies an ERR a peer's request left pending (resp.c sv_resp_fail). */
 void sv_qp_sync(struct sv_qp *qp);
+void sv_qp_mark_err(struct sv_qp *qp, uint32_t pending);
 
 /* engine/req.c: the requester */
 void sv_sq_progress(struct sv_qp *qp);

@@ -704,10 +704,7 @@ static void run_after_rx(struct sv_qp *qp)
 	pthread_mutex_unlock(&qp->sq_lock);
 	if (r == SV_RUN_OK)
 		return;
-	uint32_t none = 0;
-	atomic_store_explicit(&qp->sh->state, IBV_QPS_ERR, memory_order_release);
-	atomic_compare_exchange_strong(&qp->sh->err_pending, &none,
-				       r == SV_RUN_OVERRUN ? 2u + IBV_EVENT_QP_FATAL : 1u);
+	sv_qp_mark_err(qp, r == SV_RUN_OVERRUN ? 2u + IBV_EVENT_QP_FATAL : 1u);
 	sv_seg_ring(qp->ctx->seg.h);
 }
 

@@ -95,6 +95,20 @@ void sv_qp_to_err(struct sv_qp *qp, int ev)
 		sv_async_event(qp->ex.qp_base.context, &qp->ex.qp_base, (enum ibv_event_type)ev);
 }
 
+/* Marks the QP in ERR for everyone at once; its owner applies the rest of
+ * the transition (sv_qp_sync, or sv_qp_to_err at once).  pending is
+ * err_pending's code (1, or 2 + an event): an event outranks a plain ERR
+ * already pending, and one already pending stays. */
+void sv_qp_mark_err(struct sv_qp *qp, uint32_t pending)
+{
+	uint32_t cur = 0;
+
+	atomic_store_explicit(&qp->sh->state, IBV_QPS_ERR, memory_order_release);
+	if (!atomic_compare_exchange_strong(&qp->sh->err_pending, &cur, pending) && cur == 1 &&
+	    pending > 1)
+		atomic_compare_exchange_strong(&qp->sh->err_pending, &cur, pending);
+}
+
 /* Applies an ERR transition a peer's request caused (resp.c), so that the
  * owner's verbs never act on a state the QP has already left.  The flag
  * is taken under the QP's lock: a verb that finds it taken by another

@@ -880,6 +880,14 @@ bool sv_wqe_complete(struct sv_qp *qp, struct sv_swqe *w, enum ibv_wc_status sta
 {
 	if (status == IBV_WC_SUCCESS && !(w->send_flags & IBV_SEND_SIGNALED) && !qp->sq_sig_all)
 		return true;
+	/* An error completion takes the QP to ERR (C10-?, 10.8.3.3).  The
+	 * caller applies it after the queue's lock; it is marked before the
+	 * completion is seen, so that a thread that polls this completion
+	 * and then queries the QP finds ERR (ibv_query_qp applies what is
+	 * marked), whichever thread ran the queue. */
+	if (status != IBV_WC_SUCCESS &&
+	    atomic_load_explicit(&qp->sh->state, memory_order_relaxed) != IBV_QPS_ERR)
+		sv_qp_mark_err(qp, 1);
 	struct shm_cqe e = {
 		.wr_id = w->wr_id, .status = status, .opcode = wr_info[w->opcode].wc,
 		.qp_num = qp->ex.qp_base.qp_num, .byte_len = (uint32_t)len,

@@ -52,6 +52,7 @@
 #include "../../engine/ibhdr.h"
 #include "tap.h"
 #include "udp.h"
+#include "window.h"
 
 /* linux/in6.h, which clashes with netinet/in.h: the IPv6 header's first
  * word (traffic class and flow label) as ancillary data. */
@@ -63,19 +64,6 @@
 /* With UDP_GRO one datagram read may hold up to 64 KiB of segments. */
 #define RX_BUF		65536
 #define SOCK_BUF	(4 << 20)
-/*
- * The poller window: pollers count as active until a look of the thread
- * finds no poll in it.  It starts short, so that an application that
- * polls only now and then gets its packets from the thread, and doubles
- * while the polls go on: each look is a thread wake-up on the poller's
- * core, and on a virtual machine a wake-up's timer and switches cost the
- * poller tens of microseconds.  What a poller leaves (held ACKs, packets
- * that came after its last poll) waits two windows at most, far below
- * any retransmission timeout in use (IBA 9.7.6.1.3's 4.096 us x
- * 2^timeout: 2 ms is timeout 9; rdma-core's tools and perftest use 14).
- */
-#define POLLER_MIN_NS	200000ull
-#define POLLER_MAX_NS	1000000ull
 /*
  * After the thread has received, with no poller about, it keeps looking
  * at its sockets this long (yielding its core between looks) before it
@@ -181,9 +169,8 @@ struct sv_link_ep {
 	_Atomic uint64_t last_poll;	/* a CQ poller received last then */
 	_Atomic uint64_t want_at;	/* the earliest tick asked for, UINT64_MAX none */
 	uint64_t next_tick;		/* the engine's next timer, 0 none (thread) */
-	uint64_t window;		/* the poller window (thread) */
+	struct sv_poll_window win;	/* the poller window (thread) */
 	uint64_t linger_until;		/* the thread looks without sleeping until then */
-	bool polled;			/* pollers were active at the last look (thread) */
 	unsigned fwd_skipped;		/* polls that left the forwarding socket (rx_lock) */
 	/* Receive buffers (rx_lock). */
 	uint8_t (*bufs)[RX_BUF];
@@ -429,12 +416,6 @@ static uint64_t earliest(uint64_t a, uint64_t b)
 	return a < b ? a : b;
 }
 
-/* A poll's time may be later than the caller's clock read. */
-static bool polling(struct sv_link_ep *l, uint64_t now)
-{
-	return atomic_load(&l->last_poll) + l->window > now;
-}
-
 static void *rx_thread(void *arg)
 {
 	struct sv_link_ep *l = arg;
@@ -442,17 +423,16 @@ static void *rx_thread(void *arg)
 	sv_thread_prompt();
 	while (!atomic_load(&l->stop)) {
 		uint64_t now = sv_now_ns();
-		bool pollers = polling(l, now);
-		bool left = l->polled && !pollers;
-		l->polled = pollers;
-		if (!pollers)
-			l->window = POLLER_MIN_NS;
-		if (left || (l->next_tick && now >= l->next_tick) ||
+		uint64_t lp = atomic_load(&l->last_poll);
+		bool closed;
+		bool pollers = sv_window_look(&l->win, lp, now, &closed);
+		if (closed || (l->next_tick && now >= l->next_tick) ||
 		    atomic_load(&l->want_at) <= now) {
 			/* What is asked for from here on stays asked: the
 			 * engine's state behind earlier asks is in place, and
 			 * the tick's scan sees it. */
 			atomic_store(&l->want_at, UINT64_MAX);
+			sv_window_ticked(&l->win, lp);
 			l->next_tick = sv_pkt_tick(l->ctx, now);
 			continue;
 		}
@@ -462,14 +442,14 @@ static void *rx_thread(void *arg)
 		if (held)
 			due = earliest(due, held);
 		if (pollers)
-			due = earliest(due, now + l->window);
+			due = earliest(due, now + l->win.len);
 		bool linger = !pollers && now < l->linger_until;
 		if (linger)
 			due = now;
 		atomic_store(&l->wake_at, due);
 		atomic_store(&l->watching, !pollers);
 		if (atomic_load(&l->want_at) < due ||
-		    (!pollers && polling(l, now)))
+		    (!pollers && sv_window_open(&l->win, atomic_load(&l->last_poll), now)))
 			continue;	/* asked for, or polled, meanwhile */
 		struct timespec ts, *tp = NULL;
 		if (due != UINT64_MAX) {
@@ -485,7 +465,7 @@ static void *rx_thread(void *arg)
 		if (k < 0 && errno != EINTR)
 			break;
 		if (!k && pollers)	/* a quiet look while they poll */
-			l->window = earliest(2 * l->window, POLLER_MAX_NS);
+			sv_window_quiet(&l->win);
 		if (p[0].revents) {
 			uint64_t v;
 			if (read(l->efd, &v, sizeof(v)) < 0) {
@@ -588,7 +568,7 @@ static struct sv_link_ep *link_open(struct sv_context *c, char *why, size_t len)
 	}
 	atomic_store(&l->wake_at, UINT64_MAX);
 	atomic_store(&l->want_at, UINT64_MAX);
-	l->window = POLLER_MIN_NS;
+	sv_window_init(&l->win);
 	int err = pthread_create(&l->thr, NULL, rx_thread, l);
 	if (err) {
 		snprintf(why, len, "cannot start the receive thread: %s", strerror(err));

@@ -266,6 +266,10 @@ int sv_reg_qpn_owner(uint32_t qpn, struct sv_reg_ep_info *out);
 void sv_reg_qpn_free(uint32_t qpn);
 void sv_reg_qpn_set_state(uint32_t qpn, enum ibv_qp_state state);
 void sv_reg_count_bytes(uint32_t ep, enum sv_copy_path path, uint64_t n);
+/* A packet was forwarded to endpoint ep's forwarding socket (after the
+ * send); the count its owner watches, NULL when the registry is closed. */
+void sv_reg_ep_forwarded(uint32_t ep);
+const _Atomic uint32_t *sv_reg_ep_forwards(uint32_t ep);
 /* UD multicast: attach/detach a QPN to a group (0, ENOMEM, EINVAL), and
  * the QPNs attached to a group, by GID or (without a GRH) by LID. */
 /* A raw frame's headers as flow steering sees them: the filters of

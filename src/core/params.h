@@ -97,7 +97,7 @@
 #define SV_HOST_MAX_QP		65536
 #define SV_HOST_MAX_ENDPOINTS	4096
 /* The registry's layout version, part of its file name (core/registry.c). */
-#define SV_REGISTRY_VERSION	9u
+#define SV_REGISTRY_VERSION	10u
 #define SV_HOST_MAX_MCAST_ATTACH 4096	/* (QP, group) attachments */
 #define SV_MAX_MCAST_QP_ATTACH	64	/* members one multicast send reaches */
 #define SV_HOST_MAX_FLOWS	1024	/* flow steering rules of raw packet QPs */

@@ -54,6 +54,11 @@ struct __attribute__((aligned(64))) reg_ep {
 	uint32_t nqps;
 	/* Bytes this endpoint moved, by copy path (relaxed: statistics). */
 	_Alignas(64) _Atomic uint64_t bytes[SV_COPY_PATHS];
+	/* Packets other processes forwarded to this endpoint's forwarding
+	 * socket (transport/udp/udp.c): its CQ pollers read that socket only
+	 * when this moved.  Added to by the forwarder after its send
+	 * (release), read by the owner before its read (acquire). */
+	_Atomic uint32_t forwarded;
 };
 _Static_assert(sizeof(struct reg_ep) == 128, "two cache lines per endpoint");
 
@@ -759,6 +764,17 @@ void sv_reg_count_bytes(uint32_t ep, enum sv_copy_path path, uint64_t n)
 		atomic_store_explicit(b, atomic_load_explicit(b, memory_order_relaxed) + n,
 				      memory_order_relaxed);
 	}
+}
+
+void sv_reg_ep_forwarded(uint32_t ep)
+{
+	if (reg && ep < reg->n_eps)
+		atomic_fetch_add_explicit(&eps()[ep].forwarded, 1, memory_order_release);
+}
+
+const _Atomic uint32_t *sv_reg_ep_forwards(uint32_t ep)
+{
+	return reg && ep < reg->n_eps ? &eps()[ep].forwarded : NULL;
 }
 
 void sv_reg_qpn_set_state(uint32_t qpn, enum ibv_qp_state state)

@@ -171,7 +171,12 @@ struct sv_link_ep {
 	uint64_t next_tick;		/* the engine's next timer, 0 none (thread) */
 	struct sv_poll_window win;	/* the poller window (thread) */
 	uint64_t linger_until;		/* the thread looks without sleeping until then */
-	unsigned fwd_skipped;		/* polls that left the forwarding socket (rx_lock) */
+	/* What other processes forwarded here (the registry's count), and
+	 * the count as of a poller's last read of the forwarding socket,
+	 * whether that read left some behind (rx_lock). */
+	const _Atomic uint32_t *forwards;
+	uint32_t fwd_seen;
+	bool fwd_backlog;
 	/* Receive buffers (rx_lock). */
 	uint8_t (*bufs)[RX_BUF];
 	/* Set up once (rx_init): a read changes only the name and control
@@ -297,10 +302,12 @@ static bool forward(struct sv_link_ep *l, const uint8_t *buf, size_t len, const 
 	/* A short wait, not none: a fresh network namespace queues only 10
 	 * datagrams on an AF_UNIX socket (net.unix.max_dgram_qlen), and a
 	 * burst would be lost there.  SO_SNDTIMEO bounds it. */
-	if (sv_sendmsg(l->fwd, &m, 0) < 0)
+	if (sv_sendmsg(l->fwd, &m, 0) < 0) {
 		atomic_fetch_add_explicit(&l->st->rx_no_owner, 1, memory_order_relaxed);
-	else
+	} else {
 		atomic_fetch_add_explicit(&l->st->rx_forwarded, 1, memory_order_relaxed);
+		sv_reg_ep_forwarded(ep.index);
+	}
 	return true;
 }
 
@@ -330,17 +337,18 @@ static void deliver(struct sv_link_ep *l, const uint8_t *buf, size_t len, const 
 
 /* Receives what is waiting, up to a few batches; the caller holds the
  * context's rx lock and read the clock (now) just before.  Returns the
- * number of packets.  A CQ poller (poller true) that got packets from
- * the wire leaves the forwarding socket for a later poll, one in
- * FWD_EVERY at least, so that its application meets them one system call
- * sooner: packets reach it there only on a host with several contexts,
- * and never while the wire is quiet.
+ * number of packets.  A CQ poller (poller true) reads the forwarding
+ * socket only when the registry's count of packets forwarded here moved
+ * since its last read (or that read left some): packets reach that
+ * socket only on a host with several contexts, and an empty poll's
+ * second system call made every poll the longer, which on a virtual
+ * machine whose system calls are dear is the delay until the poller
+ * sees a packet.  The thread, woken by either socket, reads both.
  *
  * A batch's packets carry the time its read began (sv_link_pkt.at): each
  * was in the socket by the time the read returned, so that is when it
  * arrived, within the read, as a NIC would stamp it; later batches read
  * the clock again. */
-#define FWD_EVERY	8
 
 static void rx_reset(struct sv_link_ep *l, int i)
 {
@@ -379,10 +387,20 @@ static int receive(struct sv_link_ep *l, bool poller, uint64_t now)
 			} while (off < len);
 			rx_reset(l, i);
 		}
-		if (poller && n > 0 && ++l->fwd_skipped < FWD_EVERY)
-			return total + n;
-		l->fwd_skipped = 0;
+		if (poller && l->forwards && !l->fwd_backlog) {
+			/* Pairs with the forwarder's release add, made after
+			 * its send: a count seen moved finds the packet. */
+			uint32_t f = atomic_load_explicit(l->forwards, memory_order_acquire);
+			if (f == l->fwd_seen) {
+				if (n < RX_BATCH)
+					return total + (n > 0 ? n : 0);
+				total += n;
+				continue;
+			}
+			l->fwd_seen = f;
+		}
 		int m = sv_recvmmsg(l->fwd, l->fmsgs, RX_BATCH, MSG_DONTWAIT);
+		l->fwd_backlog = m == RX_BATCH;
 		for (int i = 0; i < m; i++) {
 			struct fwd_hdr h;
 			if (l->fmsgs[i].msg_len < sizeof(h))
@@ -569,6 +587,7 @@ static struct sv_link_ep *link_open(struct sv_context *c, char *why, size_t len)
 	atomic_store(&l->wake_at, UINT64_MAX);
 	atomic_store(&l->want_at, UINT64_MAX);
 	sv_window_init(&l->win);
+	l->forwards = sv_reg_ep_forwards(c->ep);
 	int err = pthread_create(&l->thr, NULL, rx_thread, l);
 	if (err) {
 		snprintf(why, len, "cannot start the receive thread: %s", strerror(err));

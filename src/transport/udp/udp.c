@@ -172,11 +172,10 @@ struct sv_link_ep {
 	struct sv_poll_window win;	/* the poller window (thread) */
 	uint64_t linger_until;		/* the thread looks without sleeping until then */
 	/* What other processes forwarded here (the registry's count), and
-	 * the count as of a poller's last read of the forwarding socket,
-	 * whether that read left some behind (rx_lock). */
+	 * the count as of a poller's last read of the forwarding socket
+	 * that emptied it (rx_lock). */
 	const _Atomic uint32_t *forwards;
 	uint32_t fwd_seen;
-	bool fwd_backlog;
 	/* Receive buffers (rx_lock). */
 	uint8_t (*bufs)[RX_BUF];
 	/* Set up once (rx_init): a read changes only the name and control
@@ -339,7 +338,7 @@ static void deliver(struct sv_link_ep *l, const uint8_t *buf, size_t len, const 
  * context's rx lock and read the clock (now) just before.  Returns the
  * number of packets.  A CQ poller (poller true) reads the forwarding
  * socket only when the registry's count of packets forwarded here moved
- * since its last read (or that read left some): packets reach that
+ * since its last read that emptied it: packets reach that
  * socket only on a host with several contexts, and an empty poll's
  * second system call made every poll the longer, which on a virtual
  * machine whose system calls are dear is the delay until the poller
@@ -387,20 +386,18 @@ static int receive(struct sv_link_ep *l, bool poller, uint64_t now)
 			} while (off < len);
 			rx_reset(l, i);
 		}
-		if (poller && l->forwards && !l->fwd_backlog) {
-			/* Pairs with the forwarder's release add, made after
-			 * its send: a count seen moved finds the packet. */
-			uint32_t f = atomic_load_explicit(l->forwards, memory_order_acquire);
-			if (f == l->fwd_seen) {
-				if (n < RX_BATCH)
-					return total + (n > 0 ? n : 0);
-				total += n;
-				continue;
-			}
-			l->fwd_seen = f;
+		/* The load pairs with the forwarder's release add, made
+		 * after its send: a count seen moved finds the packet.  A
+		 * read that filled its batch may have left some: the count
+		 * stays unseen. */
+		bool counted = poller && l->forwards;
+		uint32_t f = counted ? atomic_load_explicit(l->forwards, memory_order_acquire) : 0;
+		int m = -1;
+		if (!counted || f != l->fwd_seen) {
+			m = sv_recvmmsg(l->fwd, l->fmsgs, RX_BATCH, MSG_DONTWAIT);
+			if (counted && m < RX_BATCH)
+				l->fwd_seen = f;
 		}
-		int m = sv_recvmmsg(l->fwd, l->fmsgs, RX_BATCH, MSG_DONTWAIT);
-		l->fwd_backlog = m == RX_BATCH;
 		for (int i = 0; i < m; i++) {
 			struct fwd_hdr h;
 			if (l->fmsgs[i].msg_len < sizeof(h))

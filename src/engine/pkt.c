@@ -654,10 +654,8 @@ int sv_pkt_qp_route(struct sv_qp *qp, const struct ibv_qp_attr *a, int mask, cha
 		struct pkt_qp *q = qp->pq;
 		pthread_mutex_lock(&qp->sq_lock);
 		uint32_t psn = (mask & IBV_QP_SQ_PSN ? a->sq_psn : qp->attr.sq_psn) & SV_PSN_MASK;
-		if (qp->ex.qp_base.state == IBV_QPS_RTR) {
-			q->npsn = q->una = psn;
-			q->nassigned = q->tx_w = q->tx_pkt = 0;
-		}
+		if (qp->ex.qp_base.state == IBV_QPS_RTR)
+			pkt_req_start(q, psn);
 		unsigned rd = mask & IBV_QP_MAX_QP_RD_ATOMIC ? a->max_rd_atomic :
 			      qp->attr.max_rd_atomic;
 		q->max_rd = rd ? rd : 1;

@@ -16,6 +16,17 @@
 #define PKT_WINDOW_BYTES	(1u << 20)
 #define PKT_WINDOW_MAX		512u
 #define PKT_ACKREQ_EVERY	64u
+/* The least window a loss leaves (pkt_req.c, loss_seen), in packets:
+ * RFC 5681's is 2; across a veth losing 5% each way, 4 moved a transfer
+ * fastest, and a window of 2 stalls more often on its lost ACKs. */
+#define PKT_CWND_MIN		4u
+/* The tail-loss probe's least wait, however short the round trip, and
+ * how many probes go before the ACK timeout.  A CQ poller may hold an
+ * ACK up to 2 ms (sv_pkt_rx_unlock_poller); a probe sent meanwhile costs
+ * a packet, which the peer's thread answers with the ACK at once.  3 ms
+ * made a faulted transfer 20% (WRITE) and 40% (READ) slower than 1 ms. */
+#define PKT_PTO_MIN_NS		1000000u
+#define PKT_TLP_MAX		3u
 /* A READ is asked for in requests of at most this many response
  * packets, each its own request on the wire, so that no responder
  * bursts more than a window at its requester. */
@@ -60,7 +71,25 @@ struct pkt_qp {
 	uint32_t rewound;		/* the PSN last rewound to on a gap (one rewind per gap) */
 	bool rewind_valid;
 	bool probing;			/* after a timeout: only probe_psn goes until progress */
+	bool tail_probe;		/* a tail-loss probe at probe_psn awaits its answer */
+	bool tlp_armed;			/* the deadline is a tail-loss probe's, not a timeout */
+	uint8_t tlps;			/* probes since the last progress */
 	uint32_t probe_psn;
+	/* Congestion (RFC 5681, in packets): a loss halves the window
+	 * once per window of packets, a timeout takes it to PKT_CWND_MIN,
+	 * from which it doubles each window back to ssthresh; past that,
+	 * each window acknowledged adds a packet. */
+	uint32_t cwnd;			/* 0: the whole window (PKT_WINDOW_BYTES) */
+	uint32_t ssthresh;		/* slow start's end */
+	uint32_t cwnd_acked;		/* acknowledged toward the next packet more */
+	uint32_t snd_max;		/* the PSN after the highest sent */
+	uint32_t recover;		/* losses before this PSN are the last cut's */
+	bool recovering;
+	/* The round trip (RFC 6298's smoothed estimate), timed on one
+	 * packet at a time, never on one sent again (Karn). */
+	bool rtt_timing;
+	uint32_t rtt_psn;
+	uint64_t rtt_sent, srtt;
 
 	/* ---- responder: under pc->rx_lock ---- */
 	uint32_t epsn;			/* the next PSN expected */
@@ -161,6 +190,8 @@ void pkt_resp_tomb_ack(struct pkt_qp *q);
 /* pkt_req.c: a response packet for q. */
 void pkt_req_rx(struct pkt_qp *q, const struct ib_bth *bth, const struct sv_link_pkt *p);
 uint64_t pkt_req_tick(struct pkt_qp *q, uint64_t now);
+/* The requester's state for a QP entering RTS from RTR at psn (sq_lock held). */
+void pkt_req_start(struct pkt_qp *q, uint32_t psn);
 /* Rendezvous from another host into a tag-matching SRQ (engine/tm.c):
  * whether q can queue the device's READ and FIN now, and queueing them:
  * the READ of the payload hdr's RVH names into tag's buffer, then the

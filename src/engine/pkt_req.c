@@ -84,6 +84,93 @@ static void wqe_fail(struct pkt_qp *q, struct sv_swqe *w, enum ibv_wc_status st,
 		   sv_wc_status_name(st), why);
 }
 
+/* ---- the window ---- */
+
+/* The packets a reliable QP may have unacknowledged: what the peer's
+ * socket buffer holds. */
+static uint32_t full_window(const struct pkt_qp *q)
+{
+	uint32_t w = PKT_WINDOW_BYTES / (q->mtu + 1024);
+
+	return w > PKT_WINDOW_MAX ? PKT_WINDOW_MAX : w;
+}
+
+/* Less after a loss (loss_seen): go-back-N sends everything after a lost
+ * packet again, so what a loss costs is the window. */
+static uint32_t window(const struct pkt_qp *q)
+{
+	uint32_t f = full_window(q);
+
+	return q->cwnd && q->cwnd < f ? q->cwnd : f;
+}
+
+/* A long message asks for an ACK four times a window, so that a cut
+ * window keeps moving without waiting for its last packet's ACK. */
+static uint32_t ack_every(const struct pkt_qp *q)
+{
+	uint32_t e = window(q) / 4;
+
+	return e < 1 ? 1 : e > PKT_ACKREQ_EVERY ? PKT_ACKREQ_EVERY : e;
+}
+
+/*
+ * A loss at psn: RFC 5681's multiplicative decrease (3.1, 3.2), halving
+ * the window once for all the losses of the packets in flight when the
+ * first was seen (up to snd_max); a timeout leaves PKT_CWND_MIN, to grow
+ * back by slow start to half what it was.  IBA leaves a requester's pace
+ * to it (9.7.7.2's credits only bound it); a NIC's congestion control
+ * reacts to marks, this one to losses, which is all a UDP path shows.
+ */
+static void loss_seen(struct pkt_qp *q, uint32_t psn, bool timeout)
+{
+	uint32_t half = window(q) / 2;
+
+	if (!timeout && q->recovering && psn_compare(psn, q->recover) < 0)
+		return;
+	q->ssthresh = half < PKT_CWND_MIN ? PKT_CWND_MIN : half;
+	q->cwnd = timeout ? PKT_CWND_MIN : q->ssthresh;
+	if (q->cwnd >= full_window(q))
+		q->cwnd = 0;
+	q->cwnd_acked = 0;
+	q->recover = q->snd_max;
+	q->recovering = true;
+}
+
+/* n more packets acknowledged, none while the loss that cut the window
+ * is being repaired: slow start below ssthresh, then the additive
+ * increase, a packet a window (RFC 5681 3.1). */
+static void cwnd_grow(struct pkt_qp *q, uint32_t n)
+{
+	if (q->recovering && psn_compare(q->una, q->recover) >= 0)
+		q->recovering = false;
+	if (!q->cwnd || q->recovering)
+		return;
+	if (q->cwnd < q->ssthresh) {
+		q->cwnd += n < q->ssthresh - q->cwnd ? n : q->ssthresh - q->cwnd;
+	} else {
+		q->cwnd_acked += n;
+		while (q->cwnd_acked >= q->cwnd) {
+			q->cwnd_acked -= q->cwnd;
+			q->cwnd++;
+		}
+	}
+	if (q->cwnd >= full_window(q))
+		q->cwnd = 0;
+}
+
+/* The congestion and round-trip state of a new connection, or of a send
+ * queue that was flushed. */
+static void cc_reset(struct pkt_qp *q)
+{
+	q->cwnd = q->cwnd_acked = q->ssthresh = 0;
+	q->recovering = false;
+	q->rtt_timing = false;
+	q->srtt = 0;
+	q->tail_probe = q->tlp_armed = false;
+	q->tlps = 0;
+	q->snd_max = q->npsn;
+}
+
 /* ---- building packets ---- */
 
 /* One packet of w: packet k of a SEND or WRITE, the READ request for
@@ -197,13 +284,13 @@ static int send_one(struct pkt_qp *q, struct sv_swqe *w, uint32_t k, const struc
 	}
 	/* AckReq on each message's last packet, and every so often in a
 	 * long one so that the window keeps moving (IBA 9.7.5.1.1); and on
-	 * the probe after a timeout, which waits for its answer alone: a
-	 * responder acknowledges a FIRST or MIDDLE packet only when asked,
-	 * so a probe that filled the hole went unanswered and cost a
-	 * second timeout of the retry_cnt budget. */
+	 * a probe (after a timeout, or of a tail), which waits for its
+	 * answer alone: a responder acknowledges a FIRST or MIDDLE packet
+	 * only when asked, so a probe that filled the hole went unanswered
+	 * and cost a second timeout of the retry_cnt budget. */
 	bool ackreq = tr != IB_TR_UC && tr != IB_TR_UD &&
-		      (last || (k + 1) % PKT_ACKREQ_EVERY == 0 ||
-		       (q->probing && psn_add(w->psn, k) == q->probe_psn));
+		      (last || (k + 1) % ack_every(q) == 0 ||
+		       ((q->probing || q->tail_probe) && psn_add(w->psn, k) == q->probe_psn));
 	bool se = last && (w->send_flags & IBV_SEND_SOLICITED);
 	uint32_t dqpn = tr == IB_TR_UD ? w->remote_qpn : q->dest_qpn;
 	bth_set(bth, (uint8_t)(tr | op), se, (unsigned)(-plen & 3), 0xffff, dqpn, ackreq,
@@ -244,11 +331,20 @@ enum sv_result sv_pkt_ud_send(struct sv_qp *qp, struct sv_swqe *w, const struct 
 
 /* ---- transmission ---- */
 
+/* The retransmission timer: first, up to PKT_TLP_MAX times between two
+ * answers, a tail-loss probe's two round trips (RFC 8985 7.2), doubled at
+ * each (a probe or its answer may be lost too), then the ACK timeout. */
 static void arm_timer(struct pkt_qp *q, uint64_t now)
 {
 	if (!q->qp->attr.timeout)
 		return;		/* timeout 0: wait forever (IBA 9.7.6.1.3) */
-	q->deadline = now + sv_ack_timeout_ns(q->qp->attr.timeout);
+	uint64_t ato = sv_ack_timeout_ns(q->qp->attr.timeout), pto = 2 * q->srtt;
+
+	if (pto < PKT_PTO_MIN_NS)
+		pto = PKT_PTO_MIN_NS;
+	pto <<= q->tlps;
+	q->tlp_armed = q->srtt && q->tlps < PKT_TLP_MAX && pto < ato;
+	q->deadline = now + (q->tlp_armed ? pto : ato);
 	q->pc->ops->want_tick(q->pc->link, q->deadline);
 }
 
@@ -270,13 +366,6 @@ static uint32_t rd_outstanding(struct pkt_qp *q, uint32_t upto)
 			n++;
 	}
 	return n;
-}
-
-static uint32_t window(const struct pkt_qp *q)
-{
-	uint32_t w = PKT_WINDOW_BYTES / (q->mtu + 1024);
-
-	return w > PKT_WINDOW_MAX ? PKT_WINDOW_MAX : w;
 }
 
 static void transmit(struct pkt_qp *q)
@@ -340,7 +429,15 @@ static void transmit(struct pkt_qp *q)
 			q->tx_pkt = 0;
 			continue;
 		}
-		if (reliable(q) && psn_compare(psn_add(w->psn, q->tx_pkt), q->una) >= (int32_t)window(q))
+		/* What the peer acknowledged since a rewind (a probe's answer
+		 * said it had more) does not go again. */
+		if (reliable(q) && !is_rd(w) && psn_compare(q->una, psn_add(w->psn, q->tx_pkt)) > 0 &&
+		    psn_compare(q->una, psn_add(w->psn, w->npkts)) < 0)
+			q->tx_pkt = (uint32_t)psn_compare(q->una, w->psn);
+		/* A READ's lost responses are asked again a hole at a time
+		 * (read_repair), not its window: a loss does not narrow it. */
+		uint32_t win = is_read(w) ? full_window(q) : window(q);
+		if (reliable(q) && psn_compare(psn_add(w->psn, q->tx_pkt), q->una) >= (int32_t)win)
 			break;
 		if (q->probing && psn_add(w->psn, q->tx_pkt) != q->probe_psn)
 			break;	/* after a timeout, its first packet alone (above) */
@@ -362,6 +459,19 @@ static void transmit(struct pkt_qp *q)
 				now = sv_now_ns();
 			arm_timer(q, now);
 		}
+		uint32_t end = psn_add(w->psn, q->tx_pkt + used);
+		if (reliable(q) && psn_compare(end, q->snd_max) > 0) {
+			/* A message's last packet, sent for the first time
+			 * (Karn), times the round trip if none is timed. */
+			if (!q->rtt_timing && q->tx_pkt + used >= w->npkts) {
+				if (!now)
+					now = sv_now_ns();
+				q->rtt_timing = true;
+				q->rtt_psn = psn_add(end, SV_PSN_MASK);
+				q->rtt_sent = now;
+			}
+			q->snd_max = end;
+		}
 		q->tx_pkt += used;
 		if (q->tx_pkt >= w->npkts) {
 			if (!reliable(q))
@@ -382,6 +492,7 @@ static void rewind_to(struct pkt_qp *q, uint32_t psn)
 	struct sv_swqe *w = wqe_at(q->qp, (uint32_t)j);
 	q->tx_w = (uint32_t)j;
 	q->tx_pkt = is_read(w) ? w->got : (uint32_t)psn_compare(psn, w->psn);
+	q->rtt_timing = false;	/* its ACK may come after the packet's second sending */
 	PKT_COUNT(q, retrans);
 }
 
@@ -419,8 +530,16 @@ static void ack_upto(struct pkt_qp *q, uint32_t psn, uint64_t now)
 		next = floor;
 
 	if (psn_compare(next, q->una) > 0) {
+		uint32_t n = (uint32_t)psn_compare(next, q->una);
 		q->una = next;
-		q->probing = false;
+		if (q->rtt_timing && psn_compare(next, q->rtt_psn) > 0) {
+			uint64_t s = now > q->rtt_sent ? now - q->rtt_sent : 0;
+			q->srtt = q->srtt ? (7 * q->srtt + s) / 8 : s;	/* RFC 6298 2.3 */
+			q->rtt_timing = false;
+		}
+		cwnd_grow(q, n);
+		q->probing = q->tail_probe = false;
+		q->tlps = 0;
 		q->retry_left = q->qp->attr.retry_cnt;
 		q->rnr_left = q->qp->attr.rnr_retry == 7 ? -1 : q->qp->attr.rnr_retry;
 		q->rewind_valid = false;
@@ -605,6 +724,7 @@ static void nak(struct pkt_qp *q, uint8_t syn, uint32_t psn, uint64_t now)
 	case NAK_PSN_SEQ:
 		/* The responder expects psn: resend from there. */
 		PKT_COUNT(q, naks_seq);
+		loss_seen(q, psn, false);
 		rewind_to(q, psn);
 		return;
 	case NAK_INV_REQ:
@@ -691,6 +811,66 @@ void sv_pkt_sq_reset(struct sv_qp *qp)
 	q->una = q->npsn;
 	q->rewind_valid = false;
 	q->probing = false;
+	cc_reset(q);
+}
+
+void pkt_req_start(struct pkt_qp *q, uint32_t psn)
+{
+	q->npsn = q->una = psn;
+	q->nassigned = q->tx_w = q->tx_pkt = 0;
+	cc_reset(q);
+}
+
+/*
+ * A tail-loss probe (RFC 8985 7): nothing was answered for two round
+ * trips, which a lost tail does (no later packet shows the responder a
+ * gap) as well as a lost ACK or sequence NAK (the responder NAKs a gap
+ * once, 9.7.5.2.?).  The first packet not acknowledged goes again,
+ * alone, asking for an ACK: a responder that had it acknowledges all it
+ * has (a duplicate, 9.7.5.3.1), one waiting for it takes it and answers
+ * for it alone (tail_answered).  An atomic is sent again (a responder
+ * answers a duplicate from its records, 9.7.5.3.2).  No retry is spent:
+ * the ACK timeout runs on behind the probes.  A READ is left to the
+ * timeout: a loaded host's responder often pauses longer than a probe's
+ * wait, and probes asking its responses again, whole holes or single
+ * responses, made a 64 MiB READ into a sleeping process
+ * (unit.dataplane.udp) miss its 10 s under load.
+ */
+static void tail_probe(struct pkt_qp *q, uint64_t now)
+{
+	int j = wqe_of_psn(q, q->una);
+	struct sv_swqe *w = j >= 0 ? wqe_at(q->qp, (uint32_t)j) : NULL;
+	struct iovec liov[SV_MAX_SGE + 1];
+	uint64_t len;
+	int nl;
+
+	q->tlps++;
+	if (w && w->pstate == PW_SENT && !is_read(w) && !q->probing &&
+	    sv_wqe_local_iov(q->qp, w, is_atomic(w), liov, &nl, &len) == SV_R_OK) {
+		sv_dbg("qpn 0x%x: tail-loss probe at psn 0x%x (wr_id 0x%llx)", q->qpn, q->una,
+		       (unsigned long long)w->wr_id);
+		q->rtt_timing = false;
+		q->tail_probe = !is_atomic(w);
+		q->probe_psn = q->una;
+		PKT_COUNT(q, retrans);
+		uint32_t used = 0;
+		send_one(q, w, (uint32_t)psn_compare(q->una, w->psn), liov, nl, len, &used);
+	} else {
+		q->tlps = PKT_TLP_MAX;	/* nothing to probe: the ACK timeout next */
+	}
+	arm_timer(q, now);
+}
+
+/* The probe's packet acknowledged alone: the responder was waiting for
+ * it, so what followed it was lost and goes again (go-back-N). */
+static void tail_answered(struct pkt_qp *q)
+{
+	int j = wqe_of_psn(q, q->una);
+
+	if (j < 0 || psn_compare(q->snd_max, q->una) <= 0 || is_rd(wqe_at(q->qp, (uint32_t)j)))
+		return;
+	loss_seen(q, q->una, false);
+	rewind_to(q, q->una);
 }
 
 /* After a response: run, and take the QP to ERR if a WQE failed.  The
@@ -728,14 +908,17 @@ void pkt_req_rx(struct pkt_qp *q, const struct ib_bth *bth, const struct sv_link
 	 * behind una whose response was lost is answered again from the
 	 * responder's records and moves una nowhere.  Duplicate responses
 	 * of a slow responder's backlog end nothing. */
+	bool tail_answer = q->tail_probe && bth_psn(bth) == q->probe_psn;
 	if (bth_psn(bth) == q->probe_psn)
-		q->probing = false;
+		q->probing = q->tail_probe = false;
 	if (op == IB_OP_ACK) {
 		uint8_t syn = aeth_syn(aeth);
 		if ((syn & 0xe0) == AETH_ACK) {
 			ack_upto(q, bth_psn(bth), now);
+			if (tail_answer)
+				tail_answered(q);
 		} else {
-			q->probing = false;
+			q->probing = q->tail_probe = false;
 			nak(q, syn, bth_psn(bth), now);
 		}
 	} else if (op == IB_OP_ATOMIC_ACK) {
@@ -760,7 +943,10 @@ uint64_t pkt_req_tick(struct pkt_qp *q, uint64_t now)
 		q->rnr_until = 0;
 		arm_timer(q, now);
 	}
-	if (q->deadline && now >= q->deadline) {
+	if (q->deadline && now >= q->deadline && q->tlp_armed) {
+		q->deadline = 0;
+		tail_probe(q, now);
+	} else if (q->deadline && now >= q->deadline) {
 		/* 9.7.6.1.3: no response within the local ACK timeout: send
 		 * again from the first PSN not acknowledged, retry_cnt times. */
 		q->deadline = 0;
@@ -794,7 +980,9 @@ uint64_t pkt_req_tick(struct pkt_qp *q, uint64_t now)
 			 * retries ran out (unit.gpu.udp_slow under load).  Once
 			 * it answers (pkt_req_rx says when), the rest of the
 			 * window goes again (go-back-N). */
+			loss_seen(q, from, true);
 			rewind_to(q, from);
+			q->tail_probe = false;
 			q->probing = true;
 			q->probe_psn = from;
 			arm_timer(q, now);

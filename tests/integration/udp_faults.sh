@@ -291,10 +291,13 @@ if server "$TMP/k-srv.log" $port -- server --pidfile "$TMP/srv.pid"; then
 				for (x in seen) m++
 				print n + 0, m + 0, k + 0
 			}' "$TMP/k-cli.txt")
-		if [ "$probes" -eq 3 ] && [ "$psns" -eq 1 ] && [ "$asked" -eq 3 ]; then
-			ok "after the server died: 3 probes (retry_cnt 3) of one PSN, each with AckReq"
+		# Tail-loss probes (engine/pkt_req.c tail_probe) come before
+		# the timeouts' and may fall after the 60 ms too: at least the
+		# retry_cnt probes, all of one PSN, each with AckReq.
+		if [ "$probes" -ge 3 ] && [ "$psns" -eq 1 ] && [ "$asked" -eq "$probes" ]; then
+			ok "after the server died: $probes probes (retry_cnt 3 and tail-loss probes) of one PSN, each with AckReq"
 		else
-			bad "after the server died: $probes packets, $psns PSNs, $asked with AckReq (want 3, 1, 3)"
+			bad "after the server died: $probes packets, $psns PSNs, $asked with AckReq (want >= 3, 1, all)"
 		fi
 	fi
 fi

@@ -533,6 +533,11 @@ struct sv_srq {
  * send CQ: the READ completes the tag in the SRQ's CQ. */
 enum sv_hidden { SV_HIDDEN_NONE, SV_HIDDEN_RNDV_READ, SV_HIDDEN_FIN };
 
+/* The READ responses a requester keeps ahead of the first one missing:
+ * more than its window of them in flight (engine/pkt_req.c), so that
+ * none that arrives is thrown away for being too far ahead. */
+#define SV_READ_OOO_BITS	576u
+
 struct sv_swqe {
 	uint64_t wr_id;
 	uint32_t opcode, send_flags;
@@ -554,7 +559,7 @@ struct sv_swqe {
 	 * it takes, how many responses have come in (READ, atomics), and
 	 * where it stands. */
 	uint32_t psn, npkts, got;
-	uint64_t ooo[2];		/* READ: responses got + i that came early, bit i */
+	uint64_t ooo[SV_READ_OOO_BITS / 64];	/* READ: responses got + i that came early, bit i */
 	uint8_t pstate, pstatus;	/* enum pkt_wqe_state; its error status */
 	uint8_t hidden;			/* enum sv_hidden: the device's own work, not a WR */
 	struct ibv_sge sge[];		/* num_sge entries, then inline bytes */

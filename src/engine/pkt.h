@@ -31,6 +31,9 @@
  * packets, each its own request on the wire, so that no responder
  * bursts more than a window at its requester. */
 #define PKT_READ_CHUNK		64u
+/* READ ranges asked for again at once (pkt_req.c, read_lost); a hole
+ * found when all are in use waits for the ACK timeout. */
+#define PKT_REPAIRS		32u
 /* Atomic results kept for duplicates (IBA 9.7.5.3.2: a responder
  * answers a repeated atomic from its record, never executing it twice). */
 #define PKT_ATOMIC_RES		16u
@@ -68,8 +71,17 @@ struct pkt_qp {
 	int retry_left, rnr_left;	/* reset whenever the peer makes progress */
 	uint64_t deadline;		/* retransmission timer, 0 when idle */
 	uint64_t rnr_until;		/* an RNR NAK's wait, 0 when none */
-	uint32_t rewound;		/* the PSN last rewound to on a gap (one rewind per gap) */
-	bool rewind_valid;
+	/* READ responses asked for again (pkt_req.c, read_lost): the
+	 * PSNs [psn, end) not yet all in, the order of the request
+	 * (seq), the first PSN not yet sent when it went (mark), and
+	 * when it went. */
+	struct pkt_repair {
+		uint32_t psn, end, seq, mark;
+		uint64_t sent;
+		struct sv_swqe *w;
+	} rep[PKT_REPAIRS];
+	uint32_t nrep, rep_seq;
+	uint32_t rd_seen;		/* the PSN after the last first-sent one answered */
 	bool probing;			/* after a timeout: only probe_psn goes until progress */
 	bool tail_probe;		/* a tail-loss probe at probe_psn awaits its answer */
 	bool tlp_armed;			/* the deadline is a tail-loss probe's, not a timeout */

@@ -368,6 +368,64 @@ static uint32_t rd_outstanding(struct pkt_qp *q, uint32_t upto)
 	return n;
 }
 
+/* Response got + i (i < SV_READ_OOO_BITS) arrived ahead of got: bit i. */
+#define OOO_WORDS (SV_READ_OOO_BITS / 64)
+static bool ooo_test(const struct sv_swqe *w, uint32_t i) { return w->ooo[i / 64] >> (i % 64) & 1; }
+static void ooo_set(struct sv_swqe *w, uint32_t i) { w->ooo[i / 64] |= 1ull << (i % 64); }
+/* Moves got past the responses that arrived in a row from it. */
+static void ooo_advance(struct sv_swqe *w)
+{
+	while (w->ooo[0] & 1) {
+		unsigned n = w->ooo[0] == ~0ull ? 64 : (unsigned)__builtin_ctzll(~w->ooo[0]);
+		for (unsigned i = 0; i < OOO_WORDS; i++) {
+			uint64_t next = i + 1 < OOO_WORDS ? w->ooo[i + 1] : 0;
+			w->ooo[i] = n == 64 ? next : w->ooo[i] >> n | next << (64 - n);
+		}
+		w->got += n;
+	}
+}
+
+/* Response k of READ w has not arrived. */
+static bool resp_missing(const struct sv_swqe *w, uint32_t k)
+{
+	return k >= w->got && !(k - w->got < SV_READ_OOO_BITS && ooo_test(w, k - w->got));
+}
+
+/* How many responses from k on are missing, up to the end of k's chunk
+ * (a request asks for no more, send_one). */
+static uint32_t missing_run(const struct sv_swqe *w, uint32_t k)
+{
+	uint32_t e = k;
+
+	while (e < w->npkts && e - k < PKT_READ_CHUNK - k % PKT_READ_CHUNK && resp_missing(w, e))
+		e++;
+	return e - k;
+}
+
+/* The first READ response still missing, in PSN order, or the next new
+ * PSN: responses are taken out of order (read_response), so one that
+ * completes a later READ acknowledges nothing beyond an earlier hole. */
+static uint32_t read_floor(struct pkt_qp *q)
+{
+	for (uint32_t i = 0; i < q->nassigned; i++) {
+		struct sv_swqe *w = wqe_at(q->qp, i);
+		if (is_read(w) && w->pstate == PW_SENT && w->got < w->npkts)
+			return psn_add(w->psn, w->got);
+	}
+	return q->npsn;
+}
+
+/* Forgets the ranges asked again: after a rewind the requests go again
+ * in PSN order, and what they miss is found anew from the floor. */
+static void repairs_reset(struct pkt_qp *q)
+{
+	uint32_t floor = read_floor(q);
+
+	q->nrep = 0;
+	if (psn_compare(floor, q->rd_seen) < 0)
+		q->rd_seen = floor;
+}
+
 static void transmit(struct pkt_qp *q)
 {
 	struct sv_qp *qp = q->qp;
@@ -388,7 +446,7 @@ static void transmit(struct pkt_qp *q)
 				break;	/* IBA 10.8.3.3: after every earlier READ and atomic */
 			w->pstate = PW_NEW;
 			w->got = 0;
-			w->ooo[0] = w->ooo[1] = 0;
+			memset(w->ooo, 0, sizeof(w->ooo));
 			if (is_local(w)) {
 				sv_last_why[0] = 0;
 				enum sv_result r = sv_wqe_exec_local(qp, w);
@@ -434,14 +492,25 @@ static void transmit(struct pkt_qp *q)
 		if (reliable(q) && !is_rd(w) && psn_compare(q->una, psn_add(w->psn, q->tx_pkt)) > 0 &&
 		    psn_compare(q->una, psn_add(w->psn, w->npkts)) < 0)
 			q->tx_pkt = (uint32_t)psn_compare(q->una, w->psn);
-		/* A READ's lost responses are asked again a hole at a time
-		 * (read_repair), not its window: a loss does not narrow it. */
+		/* A READ's lost responses are asked for again by range
+		 * (read_lost), not with its window: a loss does not narrow
+		 * it.  Sent again after a rewind, a READ asks only for the
+		 * responses still missing. */
 		uint32_t win = is_read(w) ? full_window(q) : window(q);
+		if (is_read(w)) {
+			while (q->tx_pkt < w->npkts && !resp_missing(w, q->tx_pkt))
+				q->tx_pkt++;
+			if (q->tx_pkt >= w->npkts) {
+				q->tx_w++;
+				q->tx_pkt = 0;
+				continue;
+			}
+		}
 		if (reliable(q) && psn_compare(psn_add(w->psn, q->tx_pkt), q->una) >= (int32_t)win)
 			break;
 		if (q->probing && psn_add(w->psn, q->tx_pkt) != q->probe_psn)
 			break;	/* after a timeout, its first packet alone (above) */
-		uint32_t used = 0;
+		uint32_t used = is_read(w) ? missing_run(w, q->tx_pkt) : 0;
 		int err = send_one(q, w, q->tx_pkt, liov, nl, len, &used);
 		if (err == EFAULT) {
 			wqe_fail(q, w, IBV_WC_LOC_PROT_ERR, "its GPU memory could not be read "
@@ -493,10 +562,9 @@ static void rewind_to(struct pkt_qp *q, uint32_t psn)
 	q->tx_w = (uint32_t)j;
 	q->tx_pkt = is_read(w) ? w->got : (uint32_t)psn_compare(psn, w->psn);
 	q->rtt_timing = false;	/* its ACK may come after the packet's second sending */
+	repairs_reset(q);
 	PKT_COUNT(q, retrans);
 }
-
-static void read_repair(struct pkt_qp *q, struct sv_swqe *w);
 
 /* A WQE sent and not yet answered. */
 static bool awaiting(struct pkt_qp *q)
@@ -505,19 +573,6 @@ static bool awaiting(struct pkt_qp *q)
 		if (wqe_at(q->qp, i)->pstate == PW_SENT)
 			return true;
 	return false;
-}
-
-/* The first READ response still missing, in PSN order, or the next new
- * PSN: responses are taken out of order (read_response), so one that
- * completes a later READ acknowledges nothing beyond an earlier hole. */
-static uint32_t read_floor(struct pkt_qp *q)
-{
-	for (uint32_t i = 0; i < q->nassigned; i++) {
-		struct sv_swqe *w = wqe_at(q->qp, i);
-		if (is_read(w) && w->pstate == PW_SENT && w->got < w->npkts)
-			return psn_add(w->psn, w->got);
-	}
-	return q->npsn;
 }
 
 static void ack_upto(struct pkt_qp *q, uint32_t psn, uint64_t now)
@@ -542,65 +597,141 @@ static void ack_upto(struct pkt_qp *q, uint32_t psn, uint64_t now)
 		q->tlps = 0;
 		q->retry_left = q->qp->attr.retry_cnt;
 		q->rnr_left = q->qp->attr.rnr_retry == 7 ? -1 : q->qp->attr.rnr_retry;
-		q->rewind_valid = false;
 		q->deadline = 0;
 	}
 	for (uint32_t i = 0; i < q->nassigned; i++) {
 		struct sv_swqe *w = wqe_at(q->qp, i);
 		if (w->pstate != PW_SENT || psn_compare(q->una, psn_add(w->psn, w->npkts)) < 0)
 			continue;
-		if (!is_rd(w)) {
+		/* una stops at a READ's first missing response (read_floor),
+		 * so a WQE behind it is a SEND, a WRITE or an atomic. */
+		if (!is_rd(w))
 			w->pstate = PW_DONE;
-		} else if (is_read(w) && w->got < w->npkts) {
-			/* A later PSN acknowledged while responses are missing:
-			 * they were lost (an implicit NAK, IBA 9.7.5.1.?). */
-			read_repair(q, w);
-		} else if (w->got < w->npkts) {
+		else if (w->got < w->npkts)
 			rewind_to(q, w->psn);	/* an atomic whose answer was lost */
-		}
 	}
 	/* Something still unanswered keeps the timer running. */
 	if (!q->deadline && awaiting(q))
 		arm_timer(q, now);
 }
 
-/* ---- responses ---- */
+/* ---- READ responses ---- */
 
-/* Responses got + i (i < 128) that arrived ahead of got, bit i. */
-static bool ooo_test(const struct sv_swqe *w, uint32_t i) { return w->ooo[i / 64] >> (i % 64) & 1; }
-static void ooo_set(struct sv_swqe *w, uint32_t i) { w->ooo[i / 64] |= 1ull << (i % 64); }
-static void ooo_shift(struct sv_swqe *w)
+/* Asks again for the responses of READ w missing in [a, b): a READ has
+ * no side effect, so the responder serves a request for just those as
+ * a duplicate (9.7.5.3.1), and what arrived is not asked for again. */
+static void ask_again(struct pkt_qp *q, struct sv_swqe *w, uint32_t a, uint32_t b)
 {
-	w->ooo[0] = w->ooo[0] >> 1 | w->ooo[1] << 63;
-	w->ooo[1] >>= 1;
-}
-
-/*
- * Asks again for the responses of READ w from got up to the first that
- * arrived ahead of it (at most a chunk): a READ has no side effect, so a
- * hole is repaired by a request for just that range, served again by
- * the responder as a duplicate (9.7.5.3.1), and the rest of the window
- * is not sent again.  Once per hole; the timer covers a lost repair.
- */
-static void read_repair(struct pkt_qp *q, struct sv_swqe *w)
-{
-	uint32_t hole = psn_add(w->psn, w->got);
-
-	if (q->rewind_valid && q->rewound == hole)
-		return;
-	uint32_t n = 1;
-	while (n < 128 && w->got + n < w->npkts && !ooo_test(w, n))
-		n++;
 	struct iovec liov[SV_MAX_SGE + 1];
 	uint64_t len;
 	int nl;
+
+	if (b > w->npkts)
+		b = w->npkts;
 	if (sv_wqe_local_iov(q->qp, w, true, liov, &nl, &len) != SV_R_OK)
 		return;
-	q->rewound = hole;
-	q->rewind_valid = true;
-	PKT_COUNT(q, retrans);
-	uint32_t used = n;
-	send_one(q, w, w->got, liov, nl, len, &used);
+	for (uint32_t k = a; k < b;) {
+		uint32_t n = missing_run(w, k);
+		if (!n) {
+			k++;
+			continue;
+		}
+		if (n > b - k)
+			n = b - k;
+		PKT_COUNT(q, retrans);
+		send_one(q, w, k, liov, nl, len, &n);
+		k += n;
+	}
+}
+
+/* The READ still waiting for psn's response, and its index there. */
+static bool read_waiting(const struct sv_swqe *w, uint32_t psn, uint32_t *k)
+{
+	if (!is_read(w) || w->pstate != PW_SENT || psn_compare(psn, w->psn) < 0 ||
+	    psn_compare(psn, psn_add(w->psn, w->npkts)) >= 0)
+		return false;
+	*k = (uint32_t)psn_compare(psn, w->psn);
+	return true;
+}
+
+/* Asks again for READ w's missing responses in PSNs [psn, end), and
+ * keeps the range to see whether this request's answers arrive. */
+static void repair_add(struct pkt_qp *q, struct sv_swqe *w, uint32_t psn, uint32_t end,
+		       uint64_t now)
+{
+	if (q->nrep == PKT_REPAIRS)
+		return;		/* the ACK timeout will do */
+	q->rep[q->nrep++] = (struct pkt_repair){ psn, end, ++q->rep_seq, q->snd_max, now, w };
+	ask_again(q, w, (uint32_t)psn_compare(psn, w->psn), (uint32_t)psn_compare(end, w->psn));
+}
+
+/*
+ * The responder answers requests in the order they came (IBA 9.5), so a
+ * response, or an ACK, to a request sent after another shows that the
+ * answers the earlier one still misses were lost: they are asked for
+ * again at once, instead of after the ACK timeout.  This is RACK's rule
+ * (RFC 8985 6.2) with the order of sending in place of its clock: a
+ * responder slowed down by its host answers late but in order, so a
+ * slow answer is never taken for a lost one, and nothing goes again
+ * without a loss shown.  Which request an answer came from: the newest
+ * repair whose range holds its PSN, else the PSN's first sending, which
+ * went after every repair whose mark it is at or beyond.  psn: the
+ * response's PSN, or an ACK's (ack: its first sending is later than
+ * every READ response before it).
+ */
+static void read_lost(struct pkt_qp *q, uint32_t psn, uint64_t now)
+{
+	int by = -1;
+
+	for (uint32_t i = 0; i < q->nrep; i++)
+		if (psn_compare(psn, q->rep[i].psn) >= 0 && psn_compare(psn, q->rep[i].end) < 0 &&
+		    (by < 0 || (int32_t)(q->rep[i].seq - q->rep[by].seq) > 0))
+			by = (int)i;
+	/* Sooner than half a round trip after the repair went, it is the
+	 * first sending's answer, late (reordered on the way), and shows
+	 * nothing about the repairs before it. */
+	if (by >= 0 && now - q->rep[by].sent < q->srtt / 2)
+		return;
+	uint32_t by_seq = by >= 0 ? q->rep[by].seq : 0;
+
+	/* Repairs sent before that request: what they still miss was lost. */
+	for (uint32_t i = 0; i < q->nrep;) {
+		struct pkt_repair *r = &q->rep[i];
+		uint32_t k = 0;
+		while (psn_compare(r->psn, r->end) < 0 && read_waiting(r->w, r->psn, &k) &&
+		       !resp_missing(r->w, k))
+			r->psn = psn_add(r->psn, 1);
+		if (psn_compare(r->psn, r->end) >= 0 || !read_waiting(r->w, r->psn, &k)) {
+			*r = q->rep[--q->nrep];	/* all in, or its READ is over */
+			continue;
+		}
+		if (by >= 0 ? (int32_t)(r->seq - by_seq) < 0 : psn_compare(psn, r->mark) >= 0) {
+			r->seq = ++q->rep_seq;
+			r->mark = q->snd_max;
+			r->sent = now;
+			ask_again(q, r->w, k, (uint32_t)psn_compare(r->end, r->w->psn));
+		}
+		i++;
+	}
+	if (by >= 0 || psn_compare(psn, q->rd_seen) < 0)
+		return;
+	/* First sendings before it that nothing answered: lost. */
+	for (uint32_t i = 0; i < q->nassigned && psn_compare(q->rd_seen, psn) < 0; i++) {
+		struct sv_swqe *w = wqe_at(q->qp, i);
+		uint32_t end = psn_add(w->psn, w->npkts);
+		if (w->npkts && psn_compare(w->psn, psn) >= 0)
+			break;		/* sent after it */
+		if (!is_read(w) || w->pstate != PW_SENT || psn_compare(end, q->rd_seen) <= 0)
+			continue;
+		uint32_t from = psn_compare(q->rd_seen, w->psn) > 0 ? q->rd_seen : w->psn;
+		uint32_t to = psn_compare(psn, end) < 0 ? psn : end;
+		uint32_t k = (uint32_t)psn_compare(from, w->psn), kend = (uint32_t)psn_compare(to, w->psn);
+		while (k < kend && !resp_missing(w, k))
+			k++;
+		if (k < kend)
+			repair_add(q, w, psn_add(w->psn, k), to, now);
+	}
+	q->rd_seen = psn_add(psn, 1);
 }
 
 static void read_response(struct pkt_qp *q, const struct ib_bth *bth, const struct sv_link_pkt *p,
@@ -615,8 +746,13 @@ static void read_response(struct pkt_qp *q, const struct ib_bth *bth, const stru
 		return;
 	}
 	uint32_t k = (uint32_t)psn_compare(psn, w->psn);
-	if (k < w->got || (k > w->got && (k - w->got >= 128 || ooo_test(w, k - w->got)))) {
-		PKT_COUNT(q, dups);	/* had it, or too far ahead to keep */
+	if (!resp_missing(w, k)) {
+		PKT_COUNT(q, dups);	/* had it */
+		read_lost(q, psn, now);	/* still an answer, and in order */
+		return;
+	}
+	if (k - w->got >= SV_READ_OOO_BITS) {
+		PKT_COUNT(q, dups);	/* beyond the window: cannot happen */
 		return;
 	}
 	unsigned hl = sizeof(*bth) + ib_hdr_len(bth->opcode);
@@ -648,20 +784,16 @@ static void read_response(struct pkt_qp *q, const struct ib_bth *bth, const stru
 		}
 	}
 	ooo_set(w, k - w->got);
-	while (ooo_test(w, 0)) {
-		ooo_shift(w);
-		w->got++;
-	}
+	ooo_advance(w);
 	if (w->got == w->npkts) {
 		pkt_gpu_flush_held(q->pc, q);	/* its data in place before it completes */
 		if (w->pstate == PW_SENT)
 			w->pstate = PW_DONE;
 	}
+	read_lost(q, psn, now);
 	uint32_t upto = read_floor(q);	/* everything before it is in */
 	if (psn_compare(upto, q->una) > 0)
 		ack_upto(q, psn_add(upto, SV_PSN_MASK), now);
-	if (w->pstate == PW_SENT && k > w->got)
-		read_repair(q, w);
 }
 
 static void atomic_ack(struct pkt_qp *q, const struct ib_bth *bth, const struct sv_link_pkt *p,
@@ -687,6 +819,7 @@ static void atomic_ack(struct pkt_qp *q, const struct ib_bth *bth, const struct 
 	sv_copy_iov(liov, nl, &src, 1);
 	w->got = 1;
 	w->pstate = PW_DONE;
+	read_lost(q, psn, now);
 	ack_upto(q, psn, now);
 }
 
@@ -808,16 +941,16 @@ void sv_pkt_sq_reset(struct sv_qp *qp)
 
 	q->nassigned = q->tx_w = q->tx_pkt = 0;
 	q->deadline = q->rnr_until = 0;
-	q->una = q->npsn;
-	q->rewind_valid = false;
+	q->una = q->rd_seen = q->npsn;
+	q->nrep = 0;
 	q->probing = false;
 	cc_reset(q);
 }
 
 void pkt_req_start(struct pkt_qp *q, uint32_t psn)
 {
-	q->npsn = q->una = psn;
-	q->nassigned = q->tx_w = q->tx_pkt = 0;
+	q->npsn = q->una = q->rd_seen = psn;
+	q->nassigned = q->tx_w = q->tx_pkt = q->nrep = 0;
 	cc_reset(q);
 }
 
@@ -914,6 +1047,7 @@ void pkt_req_rx(struct pkt_qp *q, const struct ib_bth *bth, const struct sv_link
 	if (op == IB_OP_ACK) {
 		uint8_t syn = aeth_syn(aeth);
 		if ((syn & 0xe0) == AETH_ACK) {
+			read_lost(q, bth_psn(bth), now);
 			ack_upto(q, bth_psn(bth), now);
 			if (tail_answer)
 				tail_answered(q);
@@ -970,7 +1104,6 @@ uint64_t pkt_req_tick(struct pkt_qp *q, uint64_t now)
 			sv_dbg("qpn 0x%x: ACK timeout at psn 0x%x (wr_id 0x%llx), %d retries left",
 			       q->qpn, from, (unsigned long long)w->wr_id, q->retry_left);
 			q->retry_left--;
-			q->rewind_valid = false;
 			/* After a timeout only the first packet not answered goes
 			 * again until the peer answers (a loss window of one, as
 			 * TCP's after its retransmission timeout, RFC 5681 3.1):

@@ -863,7 +863,12 @@ static void test_dgram_processes(void **state)
 
 		fill(d, sz, (unsigned)i * 7);
 		assert_int_equal(rsendto(a, d, sz, 0, (struct sockaddr *)&ea, sizeof(ea)), (ssize_t)sz);
-		assert_int_equal(recv_within(a, r, sizeof(r), &from, 2000), (ssize_t)sz);
+		/* A slow start (ThreadSanitizer) echoes more than one "?"
+		 * of the loop above: the later echoes are not answers. */
+		do
+			n = recv_within(a, r, sizeof(r), &from, 2000);
+		while (n == 1 && r[0] == '?' && !(sz == 1 && d[0] == '?'));
+		assert_int_equal(n, (ssize_t)sz);
 		assert_true(filled(r, sz, (unsigned)i * 7));
 		assert_int_equal(from.sin_port, ea.sin_port);
 	}

@@ -693,7 +693,7 @@ static int run_server(const char *addr, int port, int conns, long long expect,
 /* ---- clients: common ---- */
 
 struct opts {
-	const char *mode, *addr, *server, *out, *ready, *spoof;
+	const char *mode, *addr, *server, *out, *ready, *spoof, *hold;
 	int port, count, size, depth, timeout, retry, rnr_retry;
 };
 
@@ -1737,6 +1737,16 @@ static int run_hostile(const struct opts *o)
 		free(sb);
 		free(mb);
 	}
+	/* The attacked QP lives until the test has seen its drops in
+	 * softverbs status (it creates the file then): a loaded machine
+	 * may take longer to show them than this program takes to end. */
+	if (o->hold) {
+		uint64_t until = now_ms() + 20000;
+		while (access(o->hold, F_OK) && now_ms() < until)
+			usleep(20000);
+		if (access(o->hold, F_OK))
+			printf("hostile: %s did not appear in 20 s; closing\n", o->hold);
+	}
 	ibv_dereg_mr(mr_w);
 	ibv_dereg_mr(mr_s);
 	cli_close(c);
@@ -1755,6 +1765,7 @@ static void usage(void)
 		"       %s atomic|write|retry|rnr|stream|hostile --addr B --server A --port P\n"
 		"          [--count N] [--size S] [--depth D] [--timeout T] [--retry R]\n"
 		"          [--rnr-retry R] [--out FILE] [--ready FILE] [--spoof ADDR]\n"
+		"          [--hold FILE] (hostile: wait for FILE before closing)\n"
 		"  both: [--limit SECONDS] (default 120)\n", prog, prog);
 	exit(2);
 }
@@ -1767,7 +1778,8 @@ int main(int argc, char **argv)
 		{ "pidfile", 1, NULL, 'P' }, { "count", 1, NULL, 'c' }, { "size", 1, NULL, 'S' },
 		{ "depth", 1, NULL, 'd' }, { "timeout", 1, NULL, 't' }, { "retry", 1, NULL, 'r' },
 		{ "rnr-retry", 1, NULL, 'R' }, { "out", 1, NULL, 'o' }, { "ready", 1, NULL, 'y' },
-		{ "spoof", 1, NULL, 'x' }, { "limit", 1, NULL, 'l' }, { NULL, 0, NULL, 0 },
+		{ "spoof", 1, NULL, 'x' }, { "limit", 1, NULL, 'l' }, { "hold", 1, NULL, 'H' },
+		{ NULL, 0, NULL, 0 },
 	};
 	struct opts o = { .count = 1000, .size = 4096, .depth = 4, .timeout = 12, .retry = 7,
 			  .rnr_retry = 7 };
@@ -1797,6 +1809,7 @@ int main(int argc, char **argv)
 		case 'o': o.out = optarg; break;
 		case 'y': o.ready = optarg; break;
 		case 'x': o.spoof = optarg; break;
+		case 'H': o.hold = optarg; break;
 		case 'l': limit = atoi(optarg); break;
 		default: usage();
 		}

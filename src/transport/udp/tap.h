@@ -9,6 +9,7 @@
 #define SV_UDP_TAP_H
 
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -31,6 +32,14 @@ static inline int sv_recvmmsg(int fd, struct mmsghdr *m, unsigned n, int flags)
 static inline int sv_sendmmsg(int fd, struct mmsghdr *m, unsigned n, int flags)
 {
 	return (int)syscall(SYS_sendmmsg, fd, m, n, flags);
+}
+static inline ssize_t sv_recvmsg(int fd, struct msghdr *m, int flags)
+{
+	return syscall(SYS_recvmsg, fd, m, flags);
+}
+static inline int sv_ppoll(struct pollfd *p, unsigned n, const struct timespec *t)
+{
+	return (int)syscall(SYS_ppoll, p, n, t, NULL, (size_t)8);
 }
 static inline ssize_t sv_sendmsg(int fd, const struct msghdr *m, int flags)
 {

@@ -74,6 +74,10 @@
  * sleeps.
  */
 #define LINGER_NS	50000ull
+/* How long a forward waits for room at its owner (forward()), and how
+ * long each look for what is forwarded here meanwhile sleeps. */
+#define FWD_WAIT_NS	2000000ull
+#define FWD_NAP_NS	50000
 
 /* What a forwarded packet carries before it: where it came from (the
  * route, field by field; between processes of one host, host order). */
@@ -176,7 +180,8 @@ struct sv_link_ep {
 	 * that emptied it (rx_lock). */
 	const _Atomic uint32_t *forwards;
 	uint32_t fwd_seen;
-	/* Receive buffers (rx_lock). */
+	/* Receive buffers (rx_lock): RX_BATCH, and a spare for what a
+	 * forward takes in while it waits (forward_wait). */
 	uint8_t (*bufs)[RX_BUF];
 	/* Set up once (rx_init): a read changes only the name and control
 	 * lengths of the entries it filled, which rx_reset() restores.  The
@@ -281,7 +286,54 @@ static void flow_of(struct sv_flow *f, const struct sv_route *r, bool out)
 	f->ifindex = r->ifindex;
 }
 
-/* A packet for a QP of another context of this host goes to it. */
+static void deliver(struct sv_link_ep *l, const uint8_t *buf, size_t len, const struct sv_route *r,
+		    bool forwarded, uint64_t at);
+
+/* A datagram another context forwarded here (buf, len bytes: its
+ * fwd_hdr, then the packet) goes up with the addresses it came with. */
+static void deliver_forwarded(struct sv_link_ep *l, const uint8_t *buf, size_t len, uint64_t at)
+{
+	struct fwd_hdr h;
+
+	if (len < sizeof(h))
+		return;
+	memcpy(&h, buf, sizeof(h));
+	struct sv_route r = { .src = h.src, .dst = h.dst, .sport = h.sport, .tclass = h.tclass,
+			      .ttl = h.ttl, .v4 = h.v4 != 0, .flow = h.flow, .ifindex = h.ifindex };
+	atomic_fetch_add_explicit(&l->st->rx_fwd_in, 1, memory_order_relaxed);
+	deliver(l, buf + sizeof(h), len - sizeof(h), &r, true, at);
+}
+
+/* While a forward waits for room at its owner: one datagram forwarded
+ * here taken in (into the spare buffer: the batch's are in use), or a
+ * nap of up to FWD_NAP_NS until one comes. */
+static void forward_wait(struct sv_link_ep *l)
+{
+	struct iovec v = { l->bufs[RX_BATCH], RX_BUF };
+	struct msghdr m = { .msg_iov = &v, .msg_iovlen = 1 };
+	ssize_t n = sv_recvmsg(l->fwd, &m, MSG_DONTWAIT);
+
+	if (n >= 0) {
+		deliver_forwarded(l, l->bufs[RX_BATCH], (size_t)n, sv_now_ns());
+		return;
+	}
+	struct pollfd p = { l->fwd, POLLIN, 0 };
+	struct timespec nap = { 0, FWD_NAP_NS };
+	sv_ppoll(&p, 1, &nap);
+}
+
+/*
+ * A packet for a QP of another context of this host goes to it.  A fresh
+ * network namespace queues only 10 datagrams on an AF_UNIX socket
+ * (net.unix.max_dgram_qlen), so a burst waits for room, up to
+ * FWD_WAIT_NS, rather than being lost.  It waits taking in what is
+ * forwarded here.  It was a blocking send bounded by SO_SNDTIMEO: two
+ * contexts that forward to each other, each waiting on the other's full
+ * queue, read nothing meanwhile, and the kernel rounds the 2 ms up to
+ * whole ticks: in integration.udp_faults' atomics under load up to 24
+ * forwards a run took over 0.5 ms, 8 ms often and 14.6 ms at most, each
+ * with the rx lock held, so the context's reception stood still.
+ */
 static bool forward(struct sv_link_ep *l, const uint8_t *buf, size_t len, const struct sv_route *r)
 {
 	uint32_t qpn = bth_qpn((const struct ib_bth *)buf);
@@ -298,14 +350,24 @@ static bool forward(struct sv_link_ep *l, const uint8_t *buf, size_t len, const 
 	socklen_t al;
 	fwd_name(&a, &al, ep.pid, ep.index);
 	struct msghdr m = { .msg_name = &a, .msg_namelen = al, .msg_iov = iov, .msg_iovlen = 2 };
-	/* A short wait, not none: a fresh network namespace queues only 10
-	 * datagrams on an AF_UNIX socket (net.unix.max_dgram_qlen), and a
-	 * burst would be lost there.  SO_SNDTIMEO bounds it. */
-	if (sv_sendmsg(l->fwd, &m, 0) < 0) {
-		atomic_fetch_add_explicit(&l->st->rx_no_owner, 1, memory_order_relaxed);
-	} else {
+	uint64_t until = 0;
+	bool sent;
+	for (;;) {
+		sent = sv_sendmsg(l->fwd, &m, MSG_DONTWAIT) >= 0;
+		if (sent || errno != EAGAIN)
+			break;
+		uint64_t now = sv_now_ns();
+		if (!until)
+			until = now + FWD_WAIT_NS;
+		else if (now >= until)
+			break;
+		forward_wait(l);
+	}
+	if (sent) {
 		atomic_fetch_add_explicit(&l->st->rx_forwarded, 1, memory_order_relaxed);
 		sv_reg_ep_forwarded(ep.index);
+	} else {
+		atomic_fetch_add_explicit(&l->st->rx_no_owner, 1, memory_order_relaxed);
 	}
 	return true;
 }
@@ -398,18 +460,8 @@ static int receive(struct sv_link_ep *l, bool poller, uint64_t now)
 			if (counted && m < RX_BATCH)
 				l->fwd_seen = f;
 		}
-		for (int i = 0; i < m; i++) {
-			struct fwd_hdr h;
-			if (l->fmsgs[i].msg_len < sizeof(h))
-				continue;
-			memcpy(&h, l->bufs[i], sizeof(h));
-			struct sv_route r = { .src = h.src, .dst = h.dst, .sport = h.sport,
-					      .tclass = h.tclass, .ttl = h.ttl, .v4 = h.v4 != 0,
-					      .flow = h.flow, .ifindex = h.ifindex };
-			atomic_fetch_add_explicit(&l->st->rx_fwd_in, 1, memory_order_relaxed);
-			deliver(l, l->bufs[i] + sizeof(h), l->fmsgs[i].msg_len - sizeof(h), &r, true,
-				now);
-		}
+		for (int i = 0; i < m; i++)
+			deliver_forwarded(l, l->bufs[i], l->fmsgs[i].msg_len, now);
 		n = n > 0 ? n : 0;
 		m = m > 0 ? m : 0;
 		total += n + m;
@@ -518,7 +570,7 @@ static struct sv_link_ep *link_open(struct sv_context *c, char *why, size_t len)
 	struct sv_link_ep *l = calloc(1, sizeof(*l));
 	int one = 1;
 
-	if (!l || !(l->bufs = calloc(RX_BATCH, RX_BUF))) {
+	if (!l || !(l->bufs = calloc(RX_BATCH + 1, RX_BUF))) {
 		free(l);
 		snprintf(why, len, "out of memory");
 		return NULL;
@@ -566,16 +618,14 @@ static struct sv_link_ep *link_open(struct sv_context *c, char *why, size_t len)
 	struct sockaddr_un a;
 	socklen_t al;
 	fwd_name(&a, &al, sv_pid(), c->ep);
-	/* Blocking, for the forwarder's bounded wait; reads never block
-	 * (MSG_DONTWAIT). */
+	/* Reads and sends never block (MSG_DONTWAIT; forward() waits its
+	 * own way). */
 	l->fwd = sv_socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	if (l->fwd < 0 || bind(l->fwd, (struct sockaddr *)&a, al)) {
 		snprintf(why, len, "cannot bind the forwarding socket: %s", strerror(errno));
 		goto fail;
 	}
 	sock_bufs(l->fwd);
-	struct timeval tv = { 0, 2000 };
-	setsockopt(l->fwd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	l->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (l->efd < 0) {
 		snprintf(why, len, "eventfd: %s", strerror(errno));

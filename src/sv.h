@@ -825,6 +825,8 @@ void sv_sq_progress(struct sv_qp *qp);
 /* Runs the send queue, whose sq_lock the caller holds, then releases the
  * lock and applies what the run requires (the QP to ERR). */
 void sv_sq_run_unlock(struct sv_qp *qp);
+/* The same for an application's post (ibv_post_send, ibv_wr_complete). */
+void sv_sq_post_unlock(struct sv_qp *qp);
 void sv_sq_flush(struct sv_qp *qp);
 uint64_t sv_rnr_delay_ns(unsigned min_rnr_timer);
 

@@ -451,8 +451,10 @@ void sv_pkt_poll(struct sv_context *c, bool armed);	/* a CQ poller found nothing
  * reaches nothing. */
 bool sv_route_remote(const struct sv_device *dev, const struct ibv_ah_attr *av,
 		     struct sv_route *r, const char **why);
-/* engine/pkt_req.c: a QP with a remote peer runs its send queue here. */
-int sv_pkt_sq_run(struct sv_qp *qp);
+/* engine/pkt_req.c: a QP with a remote peer runs its send queue here;
+ * post: the run is an application's post, which may leave its WQEs for
+ * the next ACK (PKT_CORK_INFLIGHT). */
+int sv_pkt_sq_run(struct sv_qp *qp, bool post);
 /* The send queue was emptied (flush, RESET); the caller holds sq_lock. */
 void sv_pkt_sq_reset(struct sv_qp *qp);
 /* The device's own WQE w (enum sv_hidden) done with status: a rendezvous

@@ -912,7 +912,25 @@ static int complete_head(struct pkt_qp *q)
 	return SV_RUN_OK;
 }
 
-int sv_pkt_sq_run(struct sv_qp *qp)
+/* Whether a post leaves what waits to be sent for the next ACK
+ * (PKT_CORK_INFLIGHT): only while it is less than a batch, as a long
+ * message alone is. */
+static bool corked(const struct pkt_qp *q)
+{
+	struct sv_qp *qp = q->qp;
+	uint32_t pkts = 0;
+
+	if (!reliable(q) || q->probing ||
+	    psn_compare(q->snd_max, q->una) < (int32_t)PKT_CORK_INFLIGHT)
+		return false;
+	for (uint32_t i = q->tx_w; i < qp->sq_count && pkts < PKT_CORK_PKTS; i++) {
+		const struct sv_swqe *w = wqe_at(qp, i);
+		pkts += is_rd(w) ? 1 : npkts_of(q, w, sv_wqe_len(w));
+	}
+	return pkts < PKT_CORK_PKTS;
+}
+
+int sv_pkt_sq_run(struct sv_qp *qp, bool post)
 {
 	struct pkt_qp *q = qp->pq;
 
@@ -921,7 +939,8 @@ int sv_pkt_sq_run(struct sv_qp *qp)
 	int r = complete_head(q);
 	if (r != SV_RUN_OK)
 		return r;
-	transmit(q);
+	if (!post || !corked(q))
+		transmit(q);
 	/* ACKs a CQ poller held leave in this system call, after the data.
 	 * Only if rx_lock is free: the caller holds sq_lock, and reception
 	 * takes rx_lock first (run_after_rx holds both already). */
@@ -1012,7 +1031,7 @@ static void tail_answered(struct pkt_qp *q)
  * the verbs that take qp->lock may be waiting for. */
 static void run_after_rx(struct sv_qp *qp)
 {
-	int r = sv_pkt_sq_run(qp);
+	int r = sv_pkt_sq_run(qp, false);
 
 	pthread_mutex_unlock(&qp->sq_lock);
 	if (r == SV_RUN_OK)

@@ -296,7 +296,7 @@ int sv_post_send(struct ibv_qp *ib, struct ibv_send_wr *wr, struct ibv_send_wr *
 	}
 	/* Run what was queued (also the WRs before a bad one) in the same
 	 * hold of the lock: one lock round trip per post. */
-	sv_sq_run_unlock(qp);
+	sv_sq_post_unlock(qp);
 	return ret;
 }
 
@@ -980,9 +980,9 @@ static int sq_run(struct sv_qp *qp)
 	return overrun ? SV_RUN_OVERRUN : failed ? SV_RUN_FAILED : SV_RUN_OK;
 }
 
-void sv_sq_run_unlock(struct sv_qp *qp)
+static void run_unlock(struct sv_qp *qp, bool post)
 {
-	int run = qp->pq && qp->pq_remote ? sv_pkt_sq_run(qp) : sq_run(qp);
+	int run = qp->pq && qp->pq_remote ? sv_pkt_sq_run(qp, post) : sq_run(qp);
 
 	pthread_mutex_unlock(&qp->sq_lock);
 	/* IBA 11.6.3.1: a completion the CQ cannot take is a catastrophic
@@ -993,6 +993,16 @@ void sv_sq_run_unlock(struct sv_qp *qp)
 	 * every WQE behind it is flushed. */
 	else if (run == SV_RUN_FAILED)
 		sv_qp_to_err(qp, -1);
+}
+
+void sv_sq_run_unlock(struct sv_qp *qp)
+{
+	run_unlock(qp, false);
+}
+
+void sv_sq_post_unlock(struct sv_qp *qp)
+{
+	run_unlock(qp, true);
 }
 
 void sv_sq_progress(struct sv_qp *qp)

@@ -46,7 +46,7 @@ static int wr_complete(struct ibv_qp_ex *qx)
 	}
 	qp->sq_count += qp->wr_n;
 	qp->wr_n = 0;
-	sv_sq_run_unlock(qp);	/* in the same hold of the lock, as ibv_post_send */
+	sv_sq_post_unlock(qp);	/* in the same hold of the lock, as ibv_post_send */
 	return 0;
 }
 

@@ -901,6 +901,134 @@ static void test_receiver_exits_at_once(void **state)
 }
 
 /*
+ * Posts while packets are unacknowledged (engine/pkt_req.c, corked): with
+ * 16 packets in flight a post sends nothing until what waits makes 16
+ * packets, which go in one datagram, and the next ACK sends the rest.
+ * The receiver is stopped (SIGSTOP) while the sender posts 60 SENDs, so
+ * no ACK comes: 16 datagrams of one packet, then 2 of 16, and 12 SENDs
+ * left waiting.  Then it runs, and the sender makes no call at all until
+ * the receiver has all 60 in order: only the ACKs, taken in by the
+ * sender's endpoint thread, can have sent those 12.  On shm the SENDs
+ * land in the stopped process and simply complete.  The ACK timeout is
+ * 1 s (timeout 18), so that a loaded host's pauses add no retransmission
+ * to the count.
+ */
+#define CORK_SENDS 60
+
+/* /proc/net/dev is this process's network namespace; /sys/class/net is
+ * the namespace sysfs was mounted in, which own_netns.sh's is not. */
+static unsigned long lo_tx_packets(void)
+{
+	unsigned long v[10];
+	char line[512];
+	bool found = false;
+	FILE *f = fopen("/proc/net/dev", "r");
+
+	assert_non_null(f);
+	while (!found && fgets(line, sizeof(line), f)) {
+		const char *c = strchr(line, ':');
+		if (!c || strncmp(line + strspn(line, " "), "lo:", 3))
+			continue;
+		/* rx: bytes packets errs drop fifo frame compressed multicast; tx: bytes packets */
+		found = sscanf(c + 1, "%lu %lu %lu %lu %lu %lu %lu %lu %lu %lu", &v[0], &v[1],
+			       &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9]) == 10;
+	}
+	fclose(f);
+	assert_true(found);
+	return v[9];
+}
+
+static void test_posts_wait_for_the_ack(void **state)
+{
+	(void)state;
+	struct qp_opts o = rc_default;
+	o.timeout = 18;
+	int sp[2];
+	struct exch x;
+	char r;
+
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sp), 0);
+	pid_t pid = fix_fork();
+	if (!pid) {
+		struct end t;
+		close(sp[0]);
+		end_open(&t, &o);
+		struct exch me = { .qpn = t.qp->qp_num, .lid = t.port.lid, .gid = t.gid };
+		if (write(sp[1], &me, sizeof(me)) != sizeof(me) ||
+		    read(sp[1], &x, sizeof(x)) != sizeof(x))
+			_exit(2);
+		struct end peer = { .port = t.port, .gid = x.gid };
+		peer.port.lid = x.lid;
+		connect_qp(t.qp, &peer, x.qpn, &o);
+		for (uint64_t i = 0; i < CORK_SENDS; i++)
+			post_recv(&t, t.buf + i * 64, 64, i);
+		if (write(sp[1], "r", 1) != 1)
+			_exit(3);
+		for (uint64_t i = 0; i < CORK_SENDS; i++) {
+			uint64_t got;
+			if (!wc_ok(t.cq, i))
+				_exit(4);
+			memcpy(&got, t.buf + i * 64, sizeof(got));
+			if (got != i)
+				_exit(5);
+		}
+		if (write(sp[1], "d", 1) != 1 || read(sp[1], &r, 1) != 1)
+			_exit(6);
+		end_close(&t);
+		exit(0);
+	}
+	close(sp[1]);
+	struct end a;
+	end_open(&a, &o);
+	assert_int_equal(read(sp[0], &x, sizeof(x)), sizeof(x));
+	struct exch me = { .qpn = a.qp->qp_num, .lid = a.port.lid, .gid = a.gid };
+	assert_int_equal(write(sp[0], &me, sizeof(me)), sizeof(me));
+	struct end peer = { .port = a.port, .gid = x.gid };
+	peer.port.lid = x.lid;
+	connect_qp(a.qp, &peer, x.qpn, &o);
+	assert_int_equal(read(sp[0], &r, 1), 1);
+
+	int st;
+	assert_int_equal(kill(pid, SIGSTOP), 0);
+	assert_int_equal(waitpid(pid, &st, WUNTRACED), pid);
+	assert_true(WIFSTOPPED(st));
+	unsigned long before = lo_tx_packets();
+	for (uint64_t i = 0; i < CORK_SENDS; i++) {
+		memcpy(a.buf + i * 64, &i, sizeof(i));
+		assert_int_equal(post(&a, IBV_WR_SEND, a.buf + i * 64, sizeof(i), a.mr->lkey, 0, 0, i,
+				      IBV_SEND_SIGNALED), 0);
+	}
+	unsigned long datagrams = lo_tx_packets() - before;
+	assert_int_equal(kill(pid, SIGCONT), 0);
+
+	struct pollfd p = { .fd = sp[0], .events = POLLIN };
+	if (poll(&p, 1, 10000) != 1 || read(sp[0], &r, 1) != 1 || r != 'd') {
+		kill(pid, SIGKILL);
+		waitpid(pid, &st, 0);
+		fail_msg("the receiver did not get %d SENDs in order while the sender waited",
+			 CORK_SENDS);
+	}
+	for (uint64_t i = 0; i < CORK_SENDS; i++) {
+		struct ibv_wc wc = poll_one(a.cq);
+		assert_int_equal(wc.status, IBV_WC_SUCCESS);
+		assert_int_equal(wc.wr_id, i);
+	}
+	assert_int_equal(write(sp[0], "x", 1), 1);
+	assert_child_ok(pid, "receiver");
+	end_close(&a);
+	close(sp[0]);
+
+	const char *tr = getenv("SOFTVERBS_TRANSPORT");
+	if (tr && !strcmp(tr, "udp") && getenv("SV_NETNS_PRIVATE")) {
+		print_message("%d SENDs to a stopped receiver: %lu datagrams\n", CORK_SENDS,
+			      datagrams);
+		if (datagrams > CORK_SENDS / 2)
+			fail_msg("%d SENDs posted with 16 packets unacknowledged took %lu datagrams "
+				 "(one each is %d)", CORK_SENDS, datagrams, CORK_SENDS);
+	}
+}
+
+/*
  * Over packets, the ACK of a message a CQ poller received waits for the
  * application's next post or poll (engine/pkt.c), and at most until its
  * polls stop (transport/udp/udp.c: the endpoint thread ticks as the
@@ -1390,6 +1518,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_ud_multicast),
 		cmocka_unit_test(test_odp_page_unmapped_after_registration),
 		cmocka_unit_test(test_receiver_exits_at_once),
+		cmocka_unit_test(test_posts_wait_for_the_ack),
 		cmocka_unit_test(test_held_ack_is_sent),
 		cmocka_unit_test(test_poller_cancelled),
 		cmocka_unit_test(test_64mib_into_sleeping_private),

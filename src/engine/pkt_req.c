@@ -583,6 +583,10 @@ static void ack_upto(struct pkt_qp *q, uint32_t psn, uint64_t now)
 	 * it says the request was served, not that its answer arrived. */
 	if (psn_compare(next, floor) > 0)
 		next = floor;
+	/* Nor past what was sent: an ACK for a PSN not yet sent is forged
+	 * or corrupt (a ghost, which rxe drops too). */
+	if (psn_compare(next, q->snd_max) > 0)
+		next = q->snd_max;
 
 	if (psn_compare(next, q->una) > 0) {
 		uint32_t n = (uint32_t)psn_compare(next, q->una);
@@ -791,7 +795,12 @@ static void read_response(struct pkt_qp *q, const struct ib_bth *bth, const stru
 			w->pstate = PW_DONE;
 	}
 	read_lost(q, psn, now);
-	uint32_t upto = read_floor(q);	/* everything before it is in */
+	/* A response acknowledges the requests before it, which the
+	 * responder executed first (IBA 9.7.5.1), and nothing after it: the
+	 * packets of a later WRITE may be on the way or not sent yet. */
+	uint32_t upto = read_floor(q), next = psn_add(psn, 1);
+	if (psn_compare(upto, next) > 0)
+		upto = next;
 	if (psn_compare(upto, q->una) > 0)
 		ack_upto(q, psn_add(upto, SV_PSN_MASK), now);
 }

@@ -218,6 +218,60 @@ static void test_atomics_and_read(void **state)
 	end_close(&b);
 }
 
+/*
+ * A READ's response acknowledges the requests before it and nothing
+ * after it (engine/pkt_req.c, read_response).  Over packets a long WRITE
+ * posted behind a short READ is still going out, window by window, when
+ * the READ's answer arrives; taking that answer for an acknowledgement of
+ * everything posted completed the WRITE with half its packets never sent.
+ * The WRITE must complete only with every byte at the target.
+ */
+#define LONG_WRITE (1u << 20)
+
+static void test_read_then_long_write(void **state)
+{
+	(void)state;
+	struct end a, b;
+
+	pair_up(&a, &b, &rc_default);
+	char *src = aligned_alloc(4096, LONG_WRITE), *dst = aligned_alloc(4096, LONG_WRITE);
+	assert_non_null(src);
+	assert_non_null(dst);
+	for (size_t i = 0; i < LONG_WRITE; i++)
+		src[i] = (char)(i * 7 + 1);
+	memset(dst, 0, LONG_WRITE);
+	struct ibv_mr *smr = ibv_reg_mr(a.pd, src, LONG_WRITE, ALL_ACCESS);
+	struct ibv_mr *dmr = ibv_reg_mr(b.pd, dst, LONG_WRITE, ALL_ACCESS);
+	assert_non_null(smr);
+	assert_non_null(dmr);
+	memcpy(b.buf, "readable", 8);
+	for (int round = 0; round < 2; round++) {
+		assert_int_equal(post(&a, IBV_WR_RDMA_READ, a.buf + 64, 8, a.mr->lkey,
+				      (uintptr_t)b.buf, b.mr->rkey, 1, IBV_SEND_SIGNALED), 0);
+		assert_int_equal(post(&a, IBV_WR_RDMA_WRITE, src, LONG_WRITE, smr->lkey,
+				      (uintptr_t)dst, dmr->rkey, 2, IBV_SEND_SIGNALED), 0);
+		for (uint64_t id = 1; id <= 2; id++) {
+			struct ibv_wc wc = poll_one(a.cq);
+			assert_int_equal(wc.status, IBV_WC_SUCCESS);
+			assert_int_equal(wc.wr_id, id);
+		}
+		assert_memory_equal(a.buf + 64, "readable", 8);
+		size_t bad = 0;
+		for (size_t i = 0; i < LONG_WRITE; i++)
+			bad += dst[i] != src[i];
+		if (bad)
+			fail_msg("round %d: the WRITE completed with %zu of %u bytes not at the target",
+				 round, bad, LONG_WRITE);
+		memset(dst, 0, LONG_WRITE);
+	}
+	assert_int_equal(ibv_dereg_mr(smr), 0);
+	assert_int_equal(ibv_dereg_mr(dmr), 0);
+	free(src);
+	free(dst);
+	end_close(&a);
+	end_close(&b);
+}
+
 /* ---- SEND vs WRITE: RNR ---- */
 
 static void test_rnr_retry_exhausted(void **state)
@@ -1505,6 +1559,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_short_receive_buffer),
 		cmocka_unit_test(test_misaligned_atomic),
 		cmocka_unit_test(test_atomics_and_read),
+		cmocka_unit_test(test_read_then_long_write),
 		cmocka_unit_test(test_rnr_retry_exhausted),
 		cmocka_unit_test(test_rnr_infinite_then_recv),
 		cmocka_unit_test(test_peer_gone_retry_exceeded),

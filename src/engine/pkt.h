@@ -27,10 +27,10 @@
  * made a faulted transfer 20% (WRITE) and 40% (READ) slower than 1 ms. */
 #define PKT_PTO_MIN_NS		1000000u
 #define PKT_TLP_MAX		3u
-/* A post while at least PKT_CORK_INFLIGHT packets of its QP are not
- * acknowledged sends nothing until what waits makes PKT_CORK_PKTS
- * packets: the next ACK, which that many packets in flight bring (each
- * message's last packet asks for one), sends it all in one system call
+/* A post while at least PKT_CORK_INFLIGHT messages of its QP are sent
+ * and not acknowledged sends nothing until what waits makes
+ * PKT_CORK_PKTS packets: the next ACK, which those messages bring (each
+ * one's last packet asks for one), sends it all in one system call
  * (pkt_req.c, corked). */
 #define PKT_CORK_INFLIGHT	16u
 #define PKT_CORK_PKTS		16u

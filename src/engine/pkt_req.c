@@ -923,18 +923,21 @@ static int complete_head(struct pkt_qp *q)
 
 /* Whether a post leaves what waits to be sent for the next ACK
  * (PKT_CORK_INFLIGHT): only while it is less than a batch, as a long
- * message alone is. */
+ * message (or a READ of as many responses) alone is.  The messages in
+ * flight are counted, not their packets, so that a short message posted
+ * behind one long WRITE (a rendezvous's notice) leaves at once.  Timeout
+ * 0 (no ACK timer, IBA 9.7.6.1.3) has no timer to repair a lost ACK, so
+ * nothing waits for one. */
 static bool corked(const struct pkt_qp *q)
 {
 	struct sv_qp *qp = q->qp;
 	uint32_t pkts = 0;
 
-	if (!reliable(q) || q->probing ||
-	    psn_compare(q->snd_max, q->una) < (int32_t)PKT_CORK_INFLIGHT)
+	if (!reliable(q) || q->probing || !qp->attr.timeout || q->tx_w < PKT_CORK_INFLIGHT)
 		return false;
 	for (uint32_t i = q->tx_w; i < qp->sq_count && pkts < PKT_CORK_PKTS; i++) {
 		const struct sv_swqe *w = wqe_at(qp, i);
-		pkts += is_rd(w) ? 1 : npkts_of(q, w, sv_wqe_len(w));
+		pkts += npkts_of(q, w, sv_wqe_len(w));
 	}
 	return pkts < PKT_CORK_PKTS;
 }

@@ -415,6 +415,27 @@ static uint32_t read_floor(struct pkt_qp *q)
 	return q->npsn;
 }
 
+/* The first PSN in [seen, floor) of a request other than a READ, or
+ * floor.  An answer acknowledges the requests before it, which the
+ * responder executed first (IBA 9.7.5.1), and nothing after it: the
+ * packets of a WRITE posted after the latest answered one (seen) may be
+ * on the way, lost, or not sent yet.  A READ's responses show
+ * themselves, so una may pass READs whose responses are all in: una on
+ * a response already in would make the timeout's probe (pkt_req_tick)
+ * ask for nothing. */
+static uint32_t unanswered_after(struct pkt_qp *q, uint32_t seen, uint32_t floor)
+{
+	for (uint32_t i = 0; i < q->nassigned; i++) {
+		struct sv_swqe *w = wqe_at(q->qp, i);
+		if (psn_compare(w->psn, floor) >= 0)
+			break;
+		if (!w->npkts || is_read(w) || psn_compare(psn_add(w->psn, w->npkts), seen) <= 0)
+			continue;
+		return psn_compare(w->psn, seen) > 0 ? w->psn : seen;
+	}
+	return floor;
+}
+
 /* Forgets the ranges asked again: after a rewind the requests go again
  * in PSN order, and what they miss is found anew from the floor. */
 static void repairs_reset(struct pkt_qp *q)
@@ -795,12 +816,14 @@ static void read_response(struct pkt_qp *q, const struct ib_bth *bth, const stru
 			w->pstate = PW_DONE;
 	}
 	read_lost(q, psn, now);
-	/* A response acknowledges the requests before it, which the
-	 * responder executed first (IBA 9.7.5.1), and nothing after it: the
-	 * packets of a later WRITE may be on the way or not sent yet. */
-	uint32_t upto = read_floor(q), next = psn_add(psn, 1);
-	if (psn_compare(upto, next) > 0)
-		upto = next;
+	/* Up to the first response still missing (read_floor), but past no
+	 * SEND, WRITE or atomic that nothing answered after:
+	 * unanswered_after. */
+	uint32_t upto = read_floor(q), seen = psn_add(psn, 1);
+	if (psn_compare(q->rd_seen, seen) > 0)
+		seen = q->rd_seen;
+	if (psn_compare(upto, seen) > 0)
+		upto = unanswered_after(q, seen, upto);
 	if (psn_compare(upto, q->una) > 0)
 		ack_upto(q, psn_add(upto, SV_PSN_MASK), now);
 }

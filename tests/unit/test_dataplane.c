@@ -698,6 +698,37 @@ struct exch {
 	uint32_t rkey;
 };
 
+/* A forked child's end: opened, its address sent to the parent over fd
+ * and the parent's read back, connected; false if the parent is gone. */
+static bool child_meets_parent(struct end *t, int fd, const struct qp_opts *o)
+{
+	struct exch x;
+
+	end_open(t, o);
+	struct exch me = { .qpn = t->qp->qp_num, .lid = t->port.lid, .gid = t->gid };
+	if (write(fd, &me, sizeof(me)) != sizeof(me) || read(fd, &x, sizeof(x)) != sizeof(x))
+		return false;
+	struct end peer = { .port = t->port, .gid = x.gid };
+	peer.port.lid = x.lid;
+	connect_qp(t->qp, &peer, x.qpn, o);
+	return true;
+}
+
+/* The parent's end: the child's address (returned) first, then its own. */
+static struct exch parent_meets_child(struct end *a, int fd, const struct qp_opts *o)
+{
+	struct exch x;
+
+	end_open(a, o);
+	assert_int_equal(read(fd, &x, sizeof(x)), sizeof(x));
+	struct exch me = { .qpn = a->qp->qp_num, .lid = a->port.lid, .gid = a->gid };
+	assert_int_equal(write(fd, &me, sizeof(me)), sizeof(me));
+	struct end peer = { .port = a->port, .gid = x.gid };
+	peer.port.lid = x.lid;
+	connect_qp(a->qp, &peer, x.qpn, o);
+	return x;
+}
+
 /* The target: registers memory of the given kind, publishes it, then
  * sleeps in nanosleep and never calls into verbs again.  Woken by
  * SIGUSR1, it checks what landed. */
@@ -836,13 +867,7 @@ static void one_sided_into_sleeper(int kind)
 	 * beside integration.udp_faults). */
 	struct qp_opts o = rc_default;
 	o.timeout = 16;
-	end_open(&a, &o);
-	assert_int_equal(read(sp[0], &x, sizeof(x)), sizeof(x));
-	struct exch me = { .qpn = a.qp->qp_num, .lid = a.port.lid, .gid = a.gid };
-	assert_int_equal(write(sp[0], &me, sizeof(me)), sizeof(me));
-	struct end peer = { .port = a.port, .gid = x.gid };
-	peer.port.lid = x.lid;
-	connect_qp(a.qp, &peer, x.qpn, &o);
+	x = parent_meets_child(&a, sp[0], &o);
 	assert_int_equal(read(sp[0], &r, 1), 1);
 	char *src = mmap(NULL, sz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	char *back = mmap(NULL, sz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -903,7 +928,6 @@ static void test_receiver_exits_at_once(void **state)
 	o.retry_cnt = 2;
 	for (int round = 0; round < 5; round++) {
 		int sp[2];
-		struct exch x;
 		char r;
 
 		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sp), 0);
@@ -911,14 +935,8 @@ static void test_receiver_exits_at_once(void **state)
 		if (!pid) {
 			struct end t;
 			close(sp[0]);
-			end_open(&t, &o);
-			struct exch me = { .qpn = t.qp->qp_num, .lid = t.port.lid, .gid = t.gid };
-			if (write(sp[1], &me, sizeof(me)) != sizeof(me) ||
-			    read(sp[1], &x, sizeof(x)) != sizeof(x))
+			if (!child_meets_parent(&t, sp[1], &o))
 				_exit(2);
-			struct end peer = { .port = t.port, .gid = x.gid };
-			peer.port.lid = x.lid;
-			connect_qp(t.qp, &peer, x.qpn, &o);
 			post_recv(&t, t.buf, 64, 7);
 			post_recv(&t, t.buf, 64, 8);
 			if (write(sp[1], "r", 1) != 1)
@@ -929,13 +947,7 @@ static void test_receiver_exits_at_once(void **state)
 		}
 		close(sp[1]);
 		struct end a;
-		end_open(&a, &o);
-		assert_int_equal(read(sp[0], &x, sizeof(x)), sizeof(x));
-		struct exch me = { .qpn = a.qp->qp_num, .lid = a.port.lid, .gid = a.gid };
-		assert_int_equal(write(sp[0], &me, sizeof(me)), sizeof(me));
-		struct end peer = { .port = a.port, .gid = x.gid };
-		peer.port.lid = x.lid;
-		connect_qp(a.qp, &peer, x.qpn, &o);
+		parent_meets_child(&a, sp[0], &o);
 		assert_int_equal(read(sp[0], &r, 1), 1);
 		for (uint64_t id = 1; id <= 2; id++) {
 			if (id == 2)
@@ -998,7 +1010,6 @@ static void test_posts_wait_for_the_ack(void **state)
 	struct qp_opts o = rc_default;
 	o.timeout = 18;
 	int sp[2];
-	struct exch x;
 	char r;
 
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sp), 0);
@@ -1006,14 +1017,8 @@ static void test_posts_wait_for_the_ack(void **state)
 	if (!pid) {
 		struct end t;
 		close(sp[0]);
-		end_open(&t, &o);
-		struct exch me = { .qpn = t.qp->qp_num, .lid = t.port.lid, .gid = t.gid };
-		if (write(sp[1], &me, sizeof(me)) != sizeof(me) ||
-		    read(sp[1], &x, sizeof(x)) != sizeof(x))
+		if (!child_meets_parent(&t, sp[1], &o))
 			_exit(2);
-		struct end peer = { .port = t.port, .gid = x.gid };
-		peer.port.lid = x.lid;
-		connect_qp(t.qp, &peer, x.qpn, &o);
 		for (uint64_t i = 0; i < CORK_SENDS; i++)
 			post_recv(&t, t.buf + i * 64, 64, i);
 		if (write(sp[1], "r", 1) != 1)
@@ -1033,13 +1038,7 @@ static void test_posts_wait_for_the_ack(void **state)
 	}
 	close(sp[1]);
 	struct end a;
-	end_open(&a, &o);
-	assert_int_equal(read(sp[0], &x, sizeof(x)), sizeof(x));
-	struct exch me = { .qpn = a.qp->qp_num, .lid = a.port.lid, .gid = a.gid };
-	assert_int_equal(write(sp[0], &me, sizeof(me)), sizeof(me));
-	struct end peer = { .port = a.port, .gid = x.gid };
-	peer.port.lid = x.lid;
-	connect_qp(a.qp, &peer, x.qpn, &o);
+	parent_meets_child(&a, sp[0], &o);
 	assert_int_equal(read(sp[0], &r, 1), 1);
 
 	int st;

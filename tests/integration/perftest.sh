@@ -9,9 +9,14 @@ iters=${SV_PERFTEST_ITERS:-200}
 for t in ib_send_lat ib_write_lat ib_read_lat ib_atomic_lat; do
 	pair $((port++)) "$t" $t -n "$iters" && expect "$t reports" "$TMP/cli.log" '^ +[0-9]+ +[0-9]+ +[0-9.]+'
 done
+# -F: perftest calibrates the CPU clock again for each size of a sweep and,
+# without it, exits ("Can't produce a report") when a loaded host's
+# scheduling spoils one calibration (r^2 0.897 < 0.9 seen under two busy
+# loops); with it that row's rates may read inf, so the 8 MiB row is
+# checked by its size and iterations.
 for t in ib_send_bw ib_write_bw ib_read_bw; do
-	pair $((port++)) "$t -a" $t -a -n "$iters" &&
-		expect "$t -a: 8 MiB row" "$TMP/cli.log" '^ 8388608 +[0-9]+ +[0-9.]+'
+	pair $((port++)) "$t -a" $t -F -a -n "$iters" &&
+		expect "$t -a: 8 MiB row" "$TMP/cli.log" '^ 8388608 +[0-9]+ '
 done
 pair $((port++)) "ib_atomic_bw" ib_atomic_bw -n "$iters"
 export SOFTVERBS_VENDOR_PART_ID=4123

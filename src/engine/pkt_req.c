@@ -422,14 +422,18 @@ static uint32_t read_floor(struct pkt_qp *q)
  * on the way, lost, or not sent yet.  A READ's responses show
  * themselves, so una may pass READs whose responses are all in: una on
  * a response already in would make the timeout's probe (pkt_req_tick)
- * ask for nothing. */
+ * ask for nothing.  So may it pass an atomic whose answer came while a
+ * READ's hole held una back: una left on it kept the window (transmit)
+ * counting from a PSN nothing would answer again, and the SEND behind
+ * it never left. */
 static uint32_t unanswered_after(struct pkt_qp *q, uint32_t seen, uint32_t floor)
 {
 	for (uint32_t i = 0; i < q->nassigned; i++) {
 		struct sv_swqe *w = wqe_at(q->qp, i);
 		if (psn_compare(w->psn, floor) >= 0)
 			break;
-		if (!w->npkts || is_read(w) || psn_compare(psn_add(w->psn, w->npkts), seen) <= 0)
+		if (!w->npkts || is_read(w) || w->pstate != PW_SENT ||
+		    psn_compare(psn_add(w->psn, w->npkts), seen) <= 0)
 			continue;
 		return psn_compare(w->psn, seen) > 0 ? w->psn : seen;
 	}
@@ -527,10 +531,21 @@ static void transmit(struct pkt_qp *q)
 				continue;
 			}
 		}
-		if (reliable(q) && psn_compare(psn_add(w->psn, q->tx_pkt), q->una) >= (int32_t)win)
+		/* After a timeout, its first packet alone (pkt_req_tick), and
+		 * that one whatever the window: a retry that the window held
+		 * back would spend retry_cnt without sending anything. */
+		bool probe = q->probing && psn_add(w->psn, q->tx_pkt) == q->probe_psn;
+		if (q->probing && !probe)
 			break;
-		if (q->probing && psn_add(w->psn, q->tx_pkt) != q->probe_psn)
-			break;	/* after a timeout, its first packet alone (above) */
+		if (reliable(q) && !probe &&
+		    psn_compare(psn_add(w->psn, q->tx_pkt), q->una) >= (int32_t)win) {
+			/* Held by the window, w has its PSNs and must not wait
+			 * without a timer: una on a PSN that nothing will
+			 * answer again would leave it so for good. */
+			if (!q->deadline)
+				arm_timer(q, now ? now : sv_now_ns());
+			break;
+		}
 		uint32_t used = is_read(w) ? missing_run(w, q->tx_pkt) : 0;
 		int err = send_one(q, w, q->tx_pkt, liov, nl, len, &used);
 		if (err == EFAULT) {

@@ -33,10 +33,15 @@ static bool rc(const struct pkt_qp *q)
 	return tr == IB_TR_RC || tr == IB_TR_XRC;
 }
 
+static void send_due_ack(struct pkt_qp *q, bool nak, uint32_t psn);
+
 /* An ACK or NAK (AETH syndrome syn) for psn. */
 static void send_aeth(struct pkt_qp *q, uint8_t syn, uint32_t psn)
 {
 	uint8_t hdr[sizeof(struct ib_bth) + sizeof(struct ib_aeth)];
+
+	if ((syn & 0xe0) != AETH_ACK)
+		send_due_ack(q, true, psn);
 
 	bth_set((struct ib_bth *)hdr, (uint8_t)(tr_code(q) | IB_OP_ACK), false, 0, 0xffff,
 		q->dest_qpn, false, psn);
@@ -48,6 +53,29 @@ void pkt_resp_ack(struct pkt_qp *q)
 {
 	q->ack_due = false;
 	send_aeth(q, AETH_ACK | AETH_CREDITS_INVALID, q->ack_psn);
+}
+
+/*
+ * A coalesced ACK still due leaves before any other response: responses
+ * go in the order of the requests (IBA 9.7.5.1), and the requester
+ * reads an ACK for a PSN behind a later READ response or atomic ACK as
+ * a stale duplicate.  Held until the batch's end, it also carried the
+ * MSN of messages after its PSN.  What it acknowledges is in place
+ * first (a run into GPU memory is copied).  Before a NAK at psn, an ACK
+ * for psn or later is void: the NAK says where the responder stopped
+ * (a WRITE whose run into GPU memory failed had its ACK due).
+ */
+static void send_due_ack(struct pkt_qp *q, bool nak, uint32_t psn)
+{
+	if (!q->ack_due)
+		return;
+	pkt_gpu_flush_resp(q->pc);
+	if (!q->ack_due)
+		return;		/* the copy failed this QP, and its NAK went instead */
+	if (nak && psn_compare(q->ack_psn, psn) >= 0)
+		q->ack_due = false;
+	else
+		pkt_resp_ack(q);
 }
 
 void pkt_resp_reset(struct pkt_qp *q)
@@ -285,6 +313,7 @@ static void read_respond(struct pkt_qp *q, struct sv_target *t, uint32_t psn, ui
 		return;
 	}
 	uint32_t n = len ? (len + q->mtu - 1) / q->mtu : 1;
+	send_due_ack(q, false, psn);
 	/* Memory of another process (an imported context's home), that
 	 * may be unmapped (ODP) or that is GPU memory goes through a copy;
 	 * the rest is gathered straight into the datagram. */
@@ -327,6 +356,7 @@ static void send_atomic_ack(struct pkt_qp *q, uint32_t psn, uint64_t orig)
 {
 	uint8_t hdr[sizeof(struct ib_bth) + sizeof(struct ib_aeth) + sizeof(struct ib_atmack)];
 
+	send_due_ack(q, false, psn);
 	bth_set((struct ib_bth *)hdr, (uint8_t)(tr_code(q) | IB_OP_ATOMIC_ACK), false, 0, 0xffff,
 		q->dest_qpn, false, psn);
 	aeth_set((struct ib_aeth *)(hdr + sizeof(struct ib_bth)), AETH_ACK | AETH_CREDITS_INVALID,
@@ -374,6 +404,7 @@ static bool atomic_exec(struct pkt_qp *q, struct sv_target *t, unsigned op, uint
 	}
 	struct pkt_atomic_res *res = &q->ares[q->ares_next++ % PKT_ATOMIC_RES];
 	*res = (struct pkt_atomic_res){ psn, true, old };
+	q->msn = psn_add(q->msn, 1);
 	send_atomic_ack(q, psn, old);
 	return true;
 }
@@ -528,17 +559,17 @@ void pkt_resp_rx(struct pkt_qp *q, const struct ib_bth *bth, const struct sv_lin
 
 	if (cls == IBH_READ) {
 		uint32_t len = ib_get32(reth + 12);
+		/* C9-148: a READ's responses carry its own MSN, so it counts
+		 * before they go, as an atomic's ACK does (atomic_exec). */
+		q->msn = psn_add(q->msn, 1);
 		read_respond(q, &t, psn, ib_get64(reth), ib_get32(reth + 8), len);
 		npsn = len ? (len + q->mtu - 1) / q->mtu : 1;
-		q->msn = psn_add(q->msn, 1);
 		q->epsn = psn_add(psn, npsn);
 		return;
 	}
 	if (cls == IBH_ATOMIC) {
-		if (atomic_exec(q, &t, op, psn, h)) {
-			q->msn = psn_add(q->msn, 1);
+		if (atomic_exec(q, &t, op, psn, h))
 			q->epsn = psn_add(psn, 1);
-		}
 		return;
 	}
 	if (f & IBH_WORD) {

@@ -141,6 +141,16 @@ static uint8_t write_byte(uint64_t n, uint64_t j)
 	return (uint8_t)(n * 37 + j * 11 + (j >> 9) + 0x81);
 }
 
+/* Byte j of mix message tag (QP index << 24 | the QP's message number):
+ * a SEND of 8 bytes or more starts with the tag and its length, then
+ * these bytes. */
+static uint8_t mix_byte(uint32_t tag, uint32_t j)
+{
+	uint32_t x = tag * 0x9e3779b1u + j * 0x85ebca77u;
+
+	return (uint8_t)((x ^ x >> 15) >> 8);
+}
+
 static void put64(uint8_t *p, uint64_t v)
 {
 	for (int i = 0; i < 8; i++)
@@ -178,9 +188,13 @@ struct qp_info {
 struct hello {
 	uint32_t magic, nqp;
 	uint8_t gid[16];
-	uint8_t timeout, retry_cnt, rnr_retry, pad;
+	uint8_t timeout, retry_cnt, rnr_retry, flags;
 	struct qp_info qp[MAX_QP];
 };
+
+/* hello.flags: the server checks each message it receives (mix_byte's
+ * pattern, in order) and posts its receive again. */
+#define HELLO_CHECK_RECV 1
 
 struct welcome {
 	uint32_t magic, nqp;
@@ -205,6 +219,8 @@ struct report {
 	uint64_t counter;
 	uint32_t qp_state[MAX_QP];
 	uint8_t recv_data[64];
+	uint32_t recv_bad;		/* HELLO_CHECK_RECV: messages not as sent */
+	char recv_why[128];		/* the first of them */
 };
 
 static bool read_all(int fd, void *buf, size_t len)
@@ -323,8 +339,8 @@ static struct ibv_qp *qp_create(struct dev *d, struct ibv_cq *cq, uint32_t nsend
 {
 	struct ibv_qp_init_attr ia = {
 		.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
-		.cap = { .max_send_wr = nsend, .max_recv_wr = nrecv, .max_send_sge = 1,
-			 .max_recv_sge = 1 },
+		.cap = { .max_send_wr = nsend, .max_recv_wr = nrecv, .max_send_sge = 3,
+			 .max_recv_sge = 1, .max_inline_data = 64 },
 	};
 	struct ibv_qp *qp = ibv_create_qp(d->pd, &ia);
 	struct ibv_qp_attr a = {
@@ -499,6 +515,7 @@ struct sconn {
 	uint8_t *rbuf;
 	struct ibv_mr *rmr;
 	uint32_t rnext[MAX_QP];
+	uint32_t rmsg[MAX_QP];		/* HELLO_CHECK_RECV: the next message's number */
 	struct report rep;
 };
 
@@ -512,6 +529,55 @@ static void srv_post_recv(struct sconn *s, uint32_t i)
 	if (ibv_post_recv(s->qp[i], &wr, &bad))
 		fprintf(stderr, "%s: server: ibv_post_recv on qpn 0x%x failed\n", prog,
 			s->qp[i]->qp_num);
+}
+
+/* HELLO_CHECK_RECV: whether the receive wc on QP i is the client's next
+ * message (mix: a SEND or SEND_WITH_IMM of mix_byte's pattern, or a
+ * WRITE_WITH_IMM whose immediate is its tag); why says what is not. */
+static bool srv_check_msg(struct sconn *s, uint32_t i, const struct ibv_wc *wc,
+			  const uint8_t *buf, char *why, size_t n)
+{
+	uint32_t tag = i << 24 | (s->rmsg[i]++ & 0xffffff);
+	bool imm = wc->wc_flags & IBV_WC_WITH_IMM;
+
+	if (imm && ntohl(wc->imm_data) != tag) {
+		snprintf(why, n, "QP %u: immediate 0x%x, want tag 0x%x", i, ntohl(wc->imm_data), tag);
+		return false;
+	}
+	if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+		if (!imm)
+			snprintf(why, n, "QP %u: WRITE_WITH_IMM tag 0x%x without its immediate", i, tag);
+		return imm;
+	}
+	if (wc->byte_len < 8) {
+		/* Too short for the header: mix_byte's bytes, and the tag as
+		 * the immediate. */
+		if (!imm) {
+			snprintf(why, n, "QP %u: a %u-byte SEND (tag 0x%x) without an immediate", i,
+				 wc->byte_len, tag);
+			return false;
+		}
+		for (uint32_t j = 0; j < wc->byte_len; j++)
+			if (buf[j] != mix_byte(tag, j)) {
+				snprintf(why, n, "QP %u: SEND_WITH_IMM tag 0x%x of %u bytes: byte %u "
+					 "is 0x%02x, want 0x%02x", i, tag, wc->byte_len, j, buf[j],
+					 mix_byte(tag, j));
+				return false;
+			}
+		return true;
+	}
+	if (get32(buf) != tag || get32(buf + 4) != wc->byte_len) {
+		snprintf(why, n, "QP %u: SEND tag 0x%x length %u, want tag 0x%x length %u", i,
+			 get32(buf), get32(buf + 4), tag, wc->byte_len);
+		return false;
+	}
+	for (uint32_t j = 8; j < wc->byte_len; j++)
+		if (buf[j] != mix_byte(tag, j)) {
+			snprintf(why, n, "QP %u: SEND tag 0x%x of %u bytes: byte %u is 0x%02x, want "
+				 "0x%02x", i, tag, wc->byte_len, j, buf[j], mix_byte(tag, j));
+			return false;
+		}
+	return true;
 }
 
 static void srv_drain(struct sconn *s)
@@ -529,8 +595,15 @@ static void srv_drain(struct sconn *s)
 			}
 			s->rep.recv_ok++;
 			s->rep.recv_len = wc[i].byte_len;
-			memcpy(s->rep.recv_data, s->rbuf + wc[i].wr_id * RSLOT_LEN,
-			       sizeof(s->rep.recv_data));
+			const uint8_t *buf = s->rbuf + wc[i].wr_id * RSLOT_LEN;
+			memcpy(s->rep.recv_data, buf, sizeof(s->rep.recv_data));
+			if (!(s->h.flags & HELLO_CHECK_RECV))
+				continue;
+			uint32_t q = (uint32_t)wc[i].wr_id / RSLOTS;
+			char why[sizeof(s->rep.recv_why)];
+			if (!srv_check_msg(s, q, &wc[i], buf, why, sizeof(why)) && !s->rep.recv_bad++)
+				memcpy(s->rep.recv_why, why, sizeof(why));
+			srv_post_recv(s, q);
 		}
 }
 
@@ -694,7 +767,8 @@ static int run_server(const char *addr, int port, int conns, long long expect,
 
 struct opts {
 	const char *mode, *addr, *server, *out, *ready, *spoof, *hold;
-	int port, count, size, depth, timeout, retry, rnr_retry;
+	int port, count, size, depth, timeout, retry, rnr_retry, qps;
+	long long seed;
 };
 
 struct cli {
@@ -1756,17 +1830,603 @@ static int run_hostile(const struct opts *o)
 	return failures ? 1 : 0;
 }
 
+/* ---- stale: a requester whose answered atomic sits behind a READ's hole ---- */
+
+/*
+ * A scripted responder (fakeresp: a plain UDP socket on port 4791, no
+ * softverbs) against a real requester (stale), to pin one schedule of
+ * losses that the random mix hit about one run in three: READ A (2
+ * packets), FETCH_AND_ADD, READ B (3 packets) and an 8-byte SEND, on PSNs
+ * p, p+2, p+3 and p+6.  The responder
+ *   - drops the first sending of everything (the ACK timeout: the window
+ *     falls to 4 packets, and only READ A's request goes again);
+ *   - answers that probe with READ A's first response only;
+ *   - answers the atomic and READ B as they come again, and drops the
+ *     requests for READ A's second response twice (the first sending and
+ *     the repair its later answers trigger), so that the ACK timeout asks
+ *     for it a third time, which it answers;
+ *   - acknowledges the SEND when it comes.
+ * The requester then has everything before the SEND answered.  una must
+ * pass the atomic, answered long ago (pkt_req.c unanswered_after): left
+ * on it, the SEND sat 4 packets past una, outside the window, and even
+ * the timeout's probe of it was held back by the window, so the SEND
+ * ended in IBV_WC_RETRY_EXC_ERR without ever going again.
+ */
+#define STALE_QPN	0x5a5a5u
+#define STALE_ORIG	0x1122334455667788ull
+
+static uint8_t stale_byte(uint32_t j)
+{
+	return (uint8_t)(j * 7 + (j >> 8) + 1);
+}
+
+static int run_fakeresp(const char *addr, int port)
+{
+	struct in_addr me;
+	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons(ROCE_PORT) };
+	struct hello h;
+	struct welcome w = { .magic = MAGIC, .nqp = 1, .pid = getpid(), .data_len = DATA_LEN,
+			     .data_va = 0x10000, .data_rkey = 0x77, .ctr_va = 0x20000,
+			     .ctr_rkey = 0x78 };
+	uint32_t rA0 = 0, rA1 = 0, p, cpsn = rand_psn();
+	double t_last = 0;
+	int ls, fd, us, rc = 1;
+
+	if (inet_pton(AF_INET, addr, &me) != 1)
+		die("bad address %s", addr);
+	sin.sin_addr = me;
+	us = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	int df = IP_PMTUDISC_DO;
+	if (us < 0 || setsockopt(us, IPPROTO_IP, IP_MTU_DISCOVER, &df, sizeof(df)) ||
+	    bind(us, (struct sockaddr *)&sin, sizeof(sin)))
+		die("UDP %s:%d: %s", addr, ROCE_PORT, strerror(errno));
+	ls = tcp_listen(addr, port);
+	printf("fakeresp: %s:%d, RoCEv2 on %s:%d\n", addr, port, addr, ROCE_PORT);
+	fflush(stdout);
+	fd = accept4(ls, NULL, NULL, SOCK_CLOEXEC);
+	if (fd < 0 || !read_all(fd, &h, sizeof(h)) || h.magic != MAGIC || h.nqp != 1)
+		die("fakeresp: bad hello");
+	p = h.qp[0].psn;
+	w.qp[0].qpn = STALE_QPN;
+	w.qp[0].psn = cpsn;
+	memset(w.gid + 10, 0xff, 2);
+	memcpy(w.gid + 12, &me, 4);
+	if (!write_all(fd, &w, sizeof(w)))
+		die("fakeresp: the welcome could not be sent");
+	double until = now_ms() + 10000;
+	while (now_ms() < until) {
+		uint8_t b[2048], o[1200];
+		struct sockaddr_in from;
+		socklen_t fl = sizeof(from);
+		struct pollfd pf = { us, POLLIN, 0 };
+		if (poll(&pf, 1, 100) <= 0)
+			continue;
+		ssize_t n = recvfrom(us, b, sizeof(b), 0, (struct sockaddr *)&from, &fl);
+		if (n < 16 || (get32(b + 4) & 0xffffff) != STALE_QPN)
+			continue;
+		uint8_t op = b[0];
+		uint32_t psn = get32(b + 8) & 0xffffff, k = (psn - p) & 0xffffff;
+		/* Answers: BTH, AETH (ACK, credits invalid), payload or AtomicAckETH. */
+		struct { uint8_t op; uint32_t psn, off, len; bool atomic; } ans[3];
+		int na = 0;
+		if (op == OP_READ_REQ && k == 0 && ++rA0 >= 2)
+			ans[na++] = (typeof(ans[0])){ OP_READ_RESP_FIRST, p, 0, 1024, false };
+		else if (op == OP_READ_REQ && k == 1 && ++rA1 >= 3)
+			ans[na++] = (typeof(ans[0])){ OP_READ_RESP_ONLY, psn, 1024, 1024, false };
+		else if (op == OP_FETCH_ADD && k == 2 && rA0 >= 2)
+			ans[na++] = (typeof(ans[0])){ 0x12, psn, 0, 0, true };
+		else if (op == OP_READ_REQ && k == 3 && rA0 >= 2)
+			for (uint32_t i = 0; i < 3; i++)
+				ans[na++] = (typeof(ans[0])){ (uint8_t)(OP_READ_RESP_FIRST + (i ? i == 2 ? 2 : 1 : 0)),
+							      p + 3 + i, 2048 + i * 1024, 1024, false };
+		else if (op == OP_SEND_ONLY && k == 6 && rA1 >= 3) {
+			ans[na++] = (typeof(ans[0])){ OP_ACK, psn, 0, 0, false };
+			check(true, "fakeresp: the SEND came %.1f ms after READ A's last response",
+			      now_ms() - t_last);
+			rc = 0;
+		}
+		for (int i = 0; i < na; i++) {
+			size_t m = bth(o, ans[i].op, 0, 0, h.qp[0].qpn, ans[i].psn);
+			o[8] = 0;	/* no AckReq on a response */
+			if (ans[i].op != 0x0e) {	/* every one but a MIDDLE has an AETH */
+				put32(o + m, 0x1fu << 24 | 1);
+				m += 4;
+			}
+			if (ans[i].atomic) {
+				put64(o + m, STALE_ORIG);
+				m += 8;
+			}
+			for (uint32_t j = 0; j < ans[i].len; j++)
+				o[m + j] = stale_byte(ans[i].off + j);
+			m += ans[i].len + 4;
+			seal(o, m, me, from.sin_addr, ROCE_PORT);
+			from.sin_port = htons(ROCE_PORT);
+			if (sendto(us, o, m, 0, (struct sockaddr *)&from, sizeof(from)) != (ssize_t)m)
+				die("fakeresp: sendto: %s", strerror(errno));
+		}
+		if (op == OP_READ_REQ && k == 1 && rA1 >= 3)
+			t_last = now_ms();
+		if (!rc)
+			break;
+	}
+	check(!rc, "fakeresp: READ A asked %u times, its second response %u times; the SEND %s",
+	      rA0, rA1, rc ? "never came after READ A's last response" : "acknowledged");
+	struct cmd c;
+	read_all(fd, &c, sizeof(c));	/* the client's BYE, or its end */
+	close(fd);
+	close(ls);
+	close(us);
+	return failures ? 1 : 0;
+}
+
+static int run_stale(const struct opts *o)
+{
+	struct cli c = { 0 };
+	static uint8_t buf[2048 + 3072 + 8 + 8] __attribute__((aligned(8)));
+	uint8_t *ra = buf, *rb = buf + 2048, *at = rb + 3072, *sd = at + 8;
+	struct ibv_mr *mr;
+	struct {
+		enum ibv_wr_opcode op;
+		uint8_t *b;
+		uint32_t len;
+		const char *name;
+	} wr[4] = {
+		{ IBV_WR_RDMA_READ, ra, 2048, "READ A" },
+		{ IBV_WR_ATOMIC_FETCH_AND_ADD, at, 8, "FETCH_AND_ADD" },
+		{ IBV_WR_RDMA_READ, rb, 3072, "READ B" },
+		{ IBV_WR_SEND, sd, 8, "SEND" },
+	};
+
+	cli_setup(&c, o, 1, NULL, NULL, NULL);
+	mr = reg(&c.d, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	memset(buf, 0xee, sizeof(buf));
+	for (uint32_t i = 0; i < 4; i++)
+		if (post_one(c.qp[0], wr[i].op, i, wr[i].b, wr[i].len, mr->lkey,
+			     wr[i].op == IBV_WR_ATOMIC_FETCH_AND_ADD ? c.w.ctr_va : c.w.data_va,
+			     wr[i].op == IBV_WR_ATOMIC_FETCH_AND_ADD ? c.w.ctr_rkey : c.w.data_rkey,
+			     1))
+			die("ibv_post_send %u failed", i);
+	double t0 = now_ms();
+	for (uint32_t i = 0; i < 4; i++) {
+		struct ibv_wc wc;
+		if (!poll_one(c.cq, &wc, t0 + 10000)) {
+			check(false, "stale: no completion for %s in 10 s", wr[i].name);
+			break;
+		}
+		check(wc.status == IBV_WC_SUCCESS && wc.wr_id == i,
+		      "stale: %s completed %s after %.0f ms (wr_id %llu)", wr[i].name,
+		      ibv_wc_status_str(wc.status), now_ms() - t0, (unsigned long long)wc.wr_id);
+		if (wc.status != IBV_WC_SUCCESS)
+			break;
+	}
+	bool data = true;
+	for (uint32_t j = 0; j < 2048; j++)
+		data &= ra[j] == stale_byte(j);
+	for (uint32_t j = 0; j < 3072; j++)
+		data &= rb[j] == stale_byte(2048 + j);
+	uint64_t orig;
+	memcpy(&orig, at, 8);
+	check(data && orig == STALE_ORIG, "stale: both READs' bytes and the atomic's value (0x%llx) "
+	      "are the responder's", (unsigned long long)orig);
+	ibv_dereg_mr(mr);
+	cli_close(&c);
+	return failures ? 1 : 0;
+}
+
+/* ---- mix: every RC operation, checked against a model ---- */
+
+/*
+ * --count operations on each of --qps QPs, --depth outstanding on each,
+ * drawn from a seeded generator (--seed; printed, so that a failure can
+ * be run again): WRITE and WRITE_WITH_IMM, READ, SEND and SEND_WITH_IMM,
+ * and on QP 0 FETCH_AND_ADD and COMPARE_AND_SWAP; lengths from 0 to
+ * MIX_MAX_LEN with the path MTU's edges over-represented, one to three
+ * scattered SGEs, inline data, unsignaled WRs.  QP i owns a slice of the
+ * server's data MR; QP 0 owns its counter.
+ *
+ * The responder executes a QP's requests in order (IBA 9.5), so the
+ * model applies a WRITE or an atomic when it is posted, and a READ must
+ * return the model's bytes as they were when it was posted; a WRITE
+ * whose range overlaps a READ still outstanding is fenced
+ * (IBV_SEND_FENCE, IBA 10.8.3.3), since a responder may read a long
+ * READ's memory as it sends the responses.  A completion must be the
+ * QP's oldest signaled WR (its send queue completes in order, 10.8.3.1),
+ * and it completes the unsignaled ones before it.  The server checks each
+ * message it receives against mix_byte's pattern, in order
+ * (HELLO_CHECK_RECV); at the end its data MR must equal the model, byte
+ * for byte, and its counter the model's.
+ */
+#define MIX_MAX_LEN	(64u << 10)
+#define MIX_GAP		64u		/* between a WR's scattered pieces */
+#define MIX_MAX_SGE	3
+#define MIX_MTU		1024u		/* qp_connect's path MTU */
+#define MIX_INLINE	64u		/* qp_create's max_inline_data */
+
+enum mix_op { MIX_WRITE, MIX_WRITE_IMM, MIX_READ, MIX_SEND, MIX_SEND_IMM, MIX_FADD, MIX_CSWAP,
+	      MIX_NOPS };
+
+static const struct {
+	const char *name;
+	enum ibv_wr_opcode wr;
+	enum ibv_wc_opcode wc;
+	uint32_t weight;		/* of 100, on QP 0 (others: no atomics) */
+} mix_ops[MIX_NOPS] = {
+	[MIX_WRITE] = { "WRITE", IBV_WR_RDMA_WRITE, IBV_WC_RDMA_WRITE, 26 },
+	[MIX_WRITE_IMM] = { "WRITE_WITH_IMM", IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WC_RDMA_WRITE, 8 },
+	[MIX_READ] = { "READ", IBV_WR_RDMA_READ, IBV_WC_RDMA_READ, 26 },
+	[MIX_SEND] = { "SEND", IBV_WR_SEND, IBV_WC_SEND, 14 },
+	[MIX_SEND_IMM] = { "SEND_WITH_IMM", IBV_WR_SEND_WITH_IMM, IBV_WC_SEND, 6 },
+	[MIX_FADD] = { "FETCH_AND_ADD", IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WC_FETCH_ADD, 10 },
+	[MIX_CSWAP] = { "COMPARE_AND_SWAP", IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WC_COMP_SWAP, 10 },
+};
+
+struct mix_wr {
+	enum mix_op op;
+	bool signaled;
+	uint32_t off, len;		/* WRITE, READ: in the data MR */
+	uint8_t *buf;			/* the WR's slot: its pieces, MIX_GAP apart */
+	uint8_t *expect;		/* READ: the model's bytes when posted */
+	uint64_t want;			/* atomics: the value they must fetch */
+	uint32_t cut[MIX_MAX_SGE + 1];	/* piece k is [cut[k], cut[k + 1]) */
+	int nsge;
+};
+
+struct mix_qp {
+	struct ibv_qp *qp;
+	uint32_t base, span;		/* its slice of the data MR */
+	uint32_t posted, done, msgs;
+	uint64_t rng;			/* its own: a seed gives each QP one sequence */
+	struct mix_wr *w;		/* --depth of them, by sequence number */
+};
+
+struct mix {
+	struct cli c;
+	struct ibv_mr *mr;
+	uint8_t *local, *model;
+	uint64_t ctr;
+	uint32_t nqp, depth, slot_len;
+	struct mix_qp q[MAX_QP];
+	uint64_t ops[MIX_NOPS], bytes, fences;
+};
+
+static uint64_t mix_rand(struct mix_qp *q)
+{
+	/* xorshift64* */
+	q->rng ^= q->rng >> 12;
+	q->rng ^= q->rng << 25;
+	q->rng ^= q->rng >> 27;
+	return q->rng * 0x2545f4914f6cdd1dull;
+}
+
+static uint32_t mix_below(struct mix_qp *q, uint32_t n)
+{
+	return n ? (uint32_t)(mix_rand(q) % n) : 0;
+}
+
+/* A length: short ones, the MTU's multiples and their neighbours, and
+ * anything up to max. */
+static uint32_t mix_len(struct mix_qp *m, uint32_t max)
+{
+	uint32_t r = mix_below(m, 100), len;
+
+	if (r < 35)
+		len = mix_below(m, 65);
+	else if (r < 65)
+		len = MIX_MTU * (1 + mix_below(m, 6)) + mix_below(m, 3) - 1;
+	else if (r < 90)
+		len = mix_below(m, 16385);
+	else
+		len = mix_below(m, MIX_MAX_LEN + 1);
+	return len < max ? len : max;
+}
+
+static bool mix_overlaps_read(const struct mix *m, const struct mix_qp *q, uint32_t off,
+			      uint32_t len)
+{
+	for (uint32_t s = q->done; s != q->posted; s++) {
+		const struct mix_wr *w = &q->w[s % m->depth];
+		if (w->op == MIX_READ && off < w->off + w->len && w->off < off + len)
+			return true;
+	}
+	return false;
+}
+
+/* Posts QP qi's next operation; false when ibv_post_send refused it. */
+static bool mix_post(struct mix *m, uint32_t qi, uint32_t total)
+{
+	struct mix_qp *q = &m->q[qi];
+	uint32_t seq = q->posted, r = mix_below(q, qi ? 80 : 100), acc = 0;
+	struct mix_wr *w = &q->w[seq % m->depth];
+	struct ibv_sge sge[MIX_MAX_SGE];
+	struct ibv_send_wr wr = { .wr_id = (uint64_t)qi << 32 | seq, .sg_list = sge }, *bad;
+	enum mix_op op = MIX_WRITE;
+
+	for (int k = 0; k < MIX_NOPS; k++) {
+		acc += mix_ops[k].weight;
+		if (r < acc) {
+			op = (enum mix_op)k;
+			break;
+		}
+	}
+	w->op = op;
+	w->off = w->len = 0;
+	w->buf = m->local + (size_t)(qi * m->depth + seq % m->depth) * m->slot_len;
+	wr.opcode = mix_ops[op].wr;
+	/* Unsignaled now and then, but never the WR that fills the window
+	 * (its completion must come to free the slots) or the last. */
+	w->signaled = mix_below(q, 4) || q->posted + 1 - q->done == m->depth || seq + 1 == total;
+	wr.send_flags = w->signaled ? IBV_SEND_SIGNALED : 0;
+	if (op == MIX_FADD || op == MIX_CSWAP) {
+		uint64_t v = mix_rand(q) >> mix_below(q, 64);
+		w->want = m->ctr;
+		w->len = 8;
+		wr.wr.atomic.remote_addr = m->c.w.ctr_va;
+		wr.wr.atomic.rkey = m->c.w.ctr_rkey;
+		if (op == MIX_FADD) {
+			wr.wr.atomic.compare_add = v;
+			m->ctr += v;
+		} else {
+			wr.wr.atomic.compare_add = mix_below(q, 2) ? m->ctr : m->ctr ^ (1ull << mix_below(q, 64));
+			wr.wr.atomic.swap = v;
+			if (wr.wr.atomic.compare_add == m->ctr)
+				m->ctr = v;
+		}
+		memset(w->buf, 0xee, 8);
+		w->nsge = 1;
+		w->cut[0] = 0;
+		w->cut[1] = 8;
+	} else {
+		bool msg = op == MIX_SEND || op == MIX_SEND_IMM;
+		uint32_t tag = qi << 24 | (q->msgs & 0xffffff);
+
+		w->len = msg ? mix_len(q, RSLOT_LEN) : mix_len(q, q->span);
+		if (op == MIX_SEND && w->len < 8)
+			w->len = 8;		/* the server tells a SEND by its header */
+		if (msg) {
+			for (uint32_t j = 0; j < w->len; j++)
+				w->buf[j] = mix_byte(tag, j);
+			if (w->len >= 8) {
+				put32(w->buf, tag);
+				put32(w->buf + 4, w->len);
+			}
+		} else {
+			w->off = q->base + mix_below(q, q->span - w->len + 1);
+			wr.wr.rdma.remote_addr = m->c.w.data_va + w->off;
+			wr.wr.rdma.rkey = m->c.w.data_rkey;
+		}
+		if (op == MIX_WRITE_IMM || op == MIX_SEND_IMM)
+			wr.imm_data = htonl(tag);
+		if (op != MIX_WRITE && op != MIX_READ)
+			q->msgs++;
+		/* The pieces: cut points in [0, len], then spread apart. */
+		w->nsge = w->len ? 1 + (int)mix_below(q, MIX_MAX_SGE) : 0;
+		w->cut[0] = 0;
+		w->cut[w->nsge] = w->len;
+		for (int k = 1; k < w->nsge; k++) {
+			uint32_t c = w->cut[k - 1] + mix_below(q, w->len - w->cut[k - 1] + 1);
+			w->cut[k] = c;
+		}
+		if (op == MIX_WRITE || op == MIX_WRITE_IMM) {
+			for (uint32_t j = 0; j < w->len; j++)
+				w->buf[j] = mix_byte(0xff000000u | seq, j + qi);
+			if (mix_overlaps_read(m, q, w->off, w->len)) {
+				wr.send_flags |= IBV_SEND_FENCE;
+				m->fences++;
+			}
+		}
+		if (op == MIX_READ) {
+			memcpy(w->expect, m->model + w->off, w->len);
+			memset(w->buf, 0xee, m->slot_len);
+		}
+		/* Spread the pieces MIX_GAP apart, from the last down. */
+		for (int k = w->nsge - 1; k > 0 && op != MIX_READ; k--)
+			memmove(w->buf + w->cut[k] + (uint32_t)k * MIX_GAP, w->buf + w->cut[k],
+				w->cut[k + 1] - w->cut[k]);
+		if (op == MIX_WRITE || op == MIX_WRITE_IMM)
+			for (int k = 0; k < w->nsge; k++)
+				for (uint32_t j = w->cut[k]; j < w->cut[k + 1]; j++)
+					m->model[w->off + j] = w->buf[j + (uint32_t)k * MIX_GAP];
+		if (op != MIX_READ && w->len <= MIX_INLINE && mix_below(q, 2))
+			wr.send_flags |= IBV_SEND_INLINE;
+	}
+	for (int k = 0; k < w->nsge; k++) {
+		sge[k].addr = (uintptr_t)(w->buf + w->cut[k] + (uint32_t)k * MIX_GAP);
+		sge[k].length = w->cut[k + 1] - w->cut[k];
+		sge[k].lkey = m->mr->lkey;
+	}
+	wr.num_sge = w->nsge;
+	if (ibv_post_send(q->qp, &wr, &bad)) {
+		check(false, "mix: QP %u: ibv_post_send of %s %u (%u bytes, %d SGEs) refused: %s", qi,
+		      mix_ops[op].name, seq, w->len, w->nsge, strerror(errno));
+		return false;
+	}
+	m->ops[op]++;
+	m->bytes += w->len;
+	q->posted++;
+	return true;
+}
+
+/* Whether WR w, now complete, fetched or read what the model says. */
+static bool mix_verify(struct mix *m, uint32_t qi, uint32_t seq, const struct mix_wr *w)
+{
+	if (w->op == MIX_FADD || w->op == MIX_CSWAP) {
+		uint64_t got;
+		memcpy(&got, w->buf, 8);
+		if (got != w->want) {
+			check(false, "mix: QP %u: %s %u fetched 0x%llx, want 0x%llx", qi,
+			      mix_ops[w->op].name, seq, (unsigned long long)got,
+			      (unsigned long long)w->want);
+			return false;
+		}
+	} else if (w->op == MIX_READ) {
+		for (int k = 0; k < w->nsge; k++)
+			for (uint32_t j = w->cut[k]; j < w->cut[k + 1]; j++)
+				if (w->buf[j + (uint32_t)k * MIX_GAP] != w->expect[j]) {
+					check(false, "mix: QP %u: READ %u of %u bytes at +0x%x (%d SGEs): "
+					      "byte %u is 0x%02x, want 0x%02x", qi, seq, w->len, w->off,
+					      w->nsge, j, w->buf[j + (uint32_t)k * MIX_GAP], w->expect[j]);
+					return false;
+				}
+	}
+	return true;
+}
+
+/* Takes completions until one QP has room or the deadline passes. */
+static bool mix_reap(struct mix *m, double deadline)
+{
+	struct ibv_wc wc[16];
+	int n;
+
+	for (;;) {
+		n = ibv_poll_cq(m->c.cq, 16, wc);
+		if (n < 0)
+			die("ibv_poll_cq failed");
+		if (n)
+			break;
+		if (now_ms() > deadline) {
+			for (uint32_t i = 0; i < m->nqp; i++)
+				printf("    QP %u: %u posted, %u done\n", i, m->q[i].posted, m->q[i].done);
+			check(false, "mix: no completion in 30 s");
+			return false;
+		}
+	}
+	for (int i = 0; i < n; i++) {
+		uint32_t qi = (uint32_t)(wc[i].wr_id >> 32), seq = (uint32_t)wc[i].wr_id;
+		struct mix_qp *q = qi < m->nqp ? &m->q[qi] : NULL;
+		if (!q || q->qp->qp_num != wc[i].qp_num || seq - q->done >= q->posted - q->done) {
+			check(false, "mix: a completion for wr_id 0x%llx on qpn 0x%x that is not "
+			      "outstanding", (unsigned long long)wc[i].wr_id, wc[i].qp_num);
+			return false;
+		}
+		struct mix_wr *w = &q->w[seq % m->depth];
+		if (wc[i].status != IBV_WC_SUCCESS) {
+			check(false, "mix: QP %u: %s %u (%u bytes at +0x%x) completed with %s after %u "
+			      "good ones", qi, mix_ops[w->op].name, seq, w->len, w->off,
+			      ibv_wc_status_str(wc[i].status), q->done);
+			return false;
+		}
+		for (uint32_t s = q->done; s != seq; s++)
+			if (q->w[s % m->depth].signaled) {
+				check(false, "mix: QP %u: %s %u completed before signaled %s %u", qi,
+				      mix_ops[w->op].name, seq, mix_ops[q->w[s % m->depth].op].name, s);
+				return false;
+			}
+		if (!w->signaled || wc[i].opcode != mix_ops[w->op].wc) {
+			check(false, "mix: QP %u: %s %u completed %s, as opcode %d (want %d)", qi,
+			      mix_ops[w->op].name, seq, w->signaled ? "signaled" : "UNSIGNALED",
+			      wc[i].opcode, mix_ops[w->op].wc);
+			return false;
+		}
+		for (uint32_t s = q->done; s != seq + 1; s++)
+			if (!mix_verify(m, qi, s, &q->w[s % m->depth]))
+				return false;
+		q->done = seq + 1;
+	}
+	return true;
+}
+
+static int run_mix(const struct opts *o)
+{
+	static struct mix m;
+	uint32_t n = (uint32_t)o->count, len;
+	uint32_t recvs[MAX_QP];
+	struct report r;
+	uint8_t *data;
+	double t0;
+
+	m.nqp = (uint32_t)o->qps;
+	m.depth = (uint32_t)o->depth;
+	m.slot_len = MIX_MAX_LEN + MIX_MAX_SGE * MIX_GAP;
+	for (uint32_t i = 0; i < m.nqp; i++)
+		recvs[i] = RSLOTS;
+	m.c.h.flags = HELLO_CHECK_RECV;
+	cli_setup(&m.c, o, m.nqp, recvs, NULL, NULL);
+	len = m.c.w.data_len;
+	m.local = aligned_alloc(PAGE, (size_t)m.nqp * m.depth * m.slot_len);
+	m.model = malloc(len);
+	data = malloc(len);
+	if (!m.local || !m.model || !data)
+		die("out of memory");
+	m.mr = reg(&m.c.d, m.local, (size_t)m.nqp * m.depth * m.slot_len, IBV_ACCESS_LOCAL_WRITE);
+	for (uint32_t i = 0; i < len; i++)
+		m.model[i] = init_byte(i);
+	for (uint32_t i = 0; i < m.nqp; i++) {
+		m.q[i].qp = m.c.qp[i];
+		m.q[i].span = len / m.nqp;
+		m.q[i].base = i * m.q[i].span;
+		m.q[i].rng = ((uint64_t)o->seed << 8 | i) * 0x9e3779b97f4a7c15ull | 1;
+		m.q[i].w = calloc(m.depth, sizeof(struct mix_wr));
+		if (!m.q[i].w)
+			die("out of memory");
+		for (uint32_t k = 0; k < m.depth; k++)
+			if (!(m.q[i].w[k].expect = malloc(MIX_MAX_LEN)))
+				die("out of memory");
+	}
+	printf("mix: seed %lld, %u QPs, %u operations each, %u outstanding\n", (long long)o->seed,
+	       m.nqp, n, m.depth);
+	t0 = now_ms();
+	for (;;) {
+		bool all = true;
+		for (uint32_t i = 0; i < m.nqp; i++) {
+			struct mix_qp *q = &m.q[i];
+			while (q->posted < n && q->posted - q->done < m.depth)
+				if (!mix_post(&m, i, n))
+					goto out;
+			all &= q->done == n;
+		}
+		if (all)
+			break;
+		if (!mix_reap(&m, now_ms() + 30000))
+			goto out;
+	}
+	double el = now_ms() - t0;
+	printf("mix: %.2f s, %llu bytes:", el / 1e3, (unsigned long long)m.bytes);
+	for (int k = 0; k < MIX_NOPS; k++)
+		printf(" %llu %s", (unsigned long long)m.ops[k], mix_ops[k].name);
+	printf(", %llu fenced\n", (unsigned long long)m.fences);
+	check(true, "mix: %u operations on %u QPs completed in order, every READ and atomic as the "
+	      "model says", n * m.nqp, m.nqp);
+	cli_report(&m.c, &r, data);
+	uint32_t bad = 0, first = 0, msgs = 0;
+	for (uint32_t i = 0; i < len; i++)
+		if (data[i] != m.model[i] && !bad++)
+			first = i;
+	for (uint32_t i = 0; i < m.nqp; i++)
+		msgs += m.q[i].msgs;
+	check(!bad, "mix: the server's data MR equals the model (%u bytes differ%s)", bad,
+	      bad ? ", the first below" : "");
+	if (bad)
+		printf("    first difference at +0x%x: 0x%02x, want 0x%02x\n", first, data[first],
+		       m.model[first]);
+	check(r.counter == m.ctr, "mix: the server's counter is 0x%llx (want 0x%llx)",
+	      (unsigned long long)r.counter, (unsigned long long)m.ctr);
+	check(r.recv_ok == msgs && !r.recv_err && !r.recv_bad,
+	      "mix: the server received %u messages (want %u), %u in error, %u not as sent%s%s",
+	      r.recv_ok, msgs, r.recv_err, r.recv_bad, r.recv_bad ? ": " : "",
+	      r.recv_bad ? r.recv_why : "");
+	check(r.canary_ok && r.ro_ok, "mix: the server's canaries and read-only MR are intact");
+out:
+	ibv_dereg_mr(m.mr);
+	cli_close(&m.c);
+	free(m.local);
+	free(m.model);
+	free(data);
+	return failures ? 1 : 0;
+}
+
 /* ---- main ---- */
 
 static void usage(void)
 {
 	fprintf(stderr,
 		"usage: %s server --addr A --port P [--conns N] [--expect-counter V] [--pidfile F]\n"
-		"       %s atomic|write|retry|rnr|stream|hostile --addr B --server A --port P\n"
+		"       %s fakeresp --addr A --port P (the scripted responder of stale)\n"
+		"       %s atomic|write|retry|rnr|stream|hostile|mix|stale --addr B --server A --port P\n"
 		"          [--count N] [--size S] [--depth D] [--timeout T] [--retry R]\n"
 		"          [--rnr-retry R] [--out FILE] [--ready FILE] [--spoof ADDR]\n"
 		"          [--hold FILE] (hostile: wait for FILE before closing)\n"
-		"  both: [--limit SECONDS] (default 120)\n", prog, prog);
+		"          [--qps N] [--seed S] (mix)\n"
+		"  both: [--limit SECONDS] (default 120)\n", prog, prog, prog);
 	exit(2);
 }
 
@@ -1779,10 +2439,11 @@ int main(int argc, char **argv)
 		{ "depth", 1, NULL, 'd' }, { "timeout", 1, NULL, 't' }, { "retry", 1, NULL, 'r' },
 		{ "rnr-retry", 1, NULL, 'R' }, { "out", 1, NULL, 'o' }, { "ready", 1, NULL, 'y' },
 		{ "spoof", 1, NULL, 'x' }, { "limit", 1, NULL, 'l' }, { "hold", 1, NULL, 'H' },
+		{ "qps", 1, NULL, 'q' }, { "seed", 1, NULL, 'z' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct opts o = { .count = 1000, .size = 4096, .depth = 4, .timeout = 12, .retry = 7,
-			  .rnr_retry = 7 };
+			  .rnr_retry = 7, .qps = 2 };
 	const char *pidfile = NULL;
 	long long expect = -1;
 	int conns = 1, limit = 120, ch;
@@ -1810,18 +2471,23 @@ int main(int argc, char **argv)
 		case 'y': o.ready = optarg; break;
 		case 'x': o.spoof = optarg; break;
 		case 'H': o.hold = optarg; break;
+		case 'q': o.qps = atoi(optarg); break;
+		case 'z': o.seed = atoll(optarg); break;
 		case 'l': limit = atoi(optarg); break;
 		default: usage();
 		}
 	}
 	if (!o.addr || !o.port || o.count < 1 || o.depth < 1 || o.depth > 256 || o.timeout < 0 ||
-	    o.timeout > 31 || o.retry < 0 || o.retry > 7 || o.rnr_retry < 0 || o.rnr_retry > 7)
+	    o.timeout > 31 || o.retry < 0 || o.retry > 7 || o.rnr_retry < 0 || o.rnr_retry > 7 ||
+	    o.qps < 1 || o.qps > MAX_QP)
 		usage();
 	signal(SIGALRM, on_alarm);
 	alarm((unsigned)limit);
 	srand48((long)getpid() ^ (long)time(NULL));
 	if (!strcmp(o.mode, "server"))
 		return run_server(o.addr, o.port, conns, expect, pidfile);
+	if (!strcmp(o.mode, "fakeresp"))
+		return run_fakeresp(o.addr, o.port);
 	if (!o.server)
 		usage();
 	if (!strcmp(o.mode, "atomic"))
@@ -1839,5 +2505,9 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(o.mode, "hostile"))
 		return run_hostile(&o);
+	if (!strcmp(o.mode, "mix"))
+		return run_mix(&o);
+	if (!strcmp(o.mode, "stale"))
+		return run_stale(&o);
 	usage();
 }

@@ -2342,12 +2342,14 @@ static int run_mix(const struct opts *o)
 	m.c.h.flags = HELLO_CHECK_RECV;
 	cli_setup(&m.c, o, m.nqp, recvs, NULL, NULL);
 	len = m.c.w.data_len;
-	m.local = aligned_alloc(PAGE, (size_t)m.nqp * m.depth * m.slot_len);
+	/* aligned_alloc takes a multiple of the alignment (C11 7.22.3.1). */
+	size_t local_len = ((size_t)m.nqp * m.depth * m.slot_len + PAGE - 1) / PAGE * PAGE;
+	m.local = aligned_alloc(PAGE, local_len);
 	m.model = malloc(len);
 	data = malloc(len);
 	if (!m.local || !m.model || !data)
 		die("out of memory");
-	m.mr = reg(&m.c.d, m.local, (size_t)m.nqp * m.depth * m.slot_len, IBV_ACCESS_LOCAL_WRITE);
+	m.mr = reg(&m.c.d, m.local, local_len, IBV_ACCESS_LOCAL_WRITE);
 	for (uint32_t i = 0; i < len; i++)
 		m.model[i] = init_byte(i);
 	for (uint32_t i = 0; i < m.nqp; i++) {

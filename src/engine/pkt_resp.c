@@ -33,15 +33,19 @@ static bool rc(const struct pkt_qp *q)
 	return tr == IB_TR_RC || tr == IB_TR_XRC;
 }
 
-static void send_due_ack(struct pkt_qp *q, bool nak, uint32_t psn);
+static void send_due_ack(struct pkt_qp *q);
 
 /* An ACK or NAK (AETH syndrome syn) for psn. */
 static void send_aeth(struct pkt_qp *q, uint8_t syn, uint32_t psn)
 {
 	uint8_t hdr[sizeof(struct ib_bth) + sizeof(struct ib_aeth)];
 
+	/* A NAK acknowledges every request before its PSN (the requester
+	 * completes them, pkt_req.c nak), so an ACK still due adds nothing;
+	 * one for psn or later is void (a WRITE whose run into GPU memory
+	 * failed had its ACK due). */
 	if ((syn & 0xe0) != AETH_ACK)
-		send_due_ack(q, true, psn);
+		q->ack_due = false;
 
 	bth_set((struct ib_bth *)hdr, (uint8_t)(tr_code(q) | IB_OP_ACK), false, 0, 0xffff,
 		q->dest_qpn, false, psn);
@@ -56,25 +60,19 @@ void pkt_resp_ack(struct pkt_qp *q)
 }
 
 /*
- * A coalesced ACK still due leaves before any other response: responses
- * go in the order of the requests (IBA 9.7.5.1), and the requester
- * reads an ACK for a PSN behind a later READ response or atomic ACK as
- * a stale duplicate.  Held until the batch's end, it also carried the
- * MSN of messages after its PSN.  What it acknowledges is in place
- * first (a run into GPU memory is copied).  Before a NAK at psn, an ACK
- * for psn or later is void: the NAK says where the responder stopped
- * (a WRITE whose run into GPU memory failed had its ACK due).
+ * A coalesced ACK still due leaves before a READ response or an atomic
+ * ACK: responses go in the order of the requests (IBA 9.7.5.1), and the
+ * requester reads an ACK for a PSN behind a later response as a stale
+ * duplicate.  Held until the batch's end, it also carried the MSN of
+ * messages after its PSN.  What it acknowledges is in place first (a
+ * run into GPU memory is copied; a failed copy NAKs instead).
  */
-static void send_due_ack(struct pkt_qp *q, bool nak, uint32_t psn)
+static void send_due_ack(struct pkt_qp *q)
 {
 	if (!q->ack_due)
 		return;
 	pkt_gpu_flush_resp(q->pc);
-	if (!q->ack_due)
-		return;		/* the copy failed this QP, and its NAK went instead */
-	if (nak && psn_compare(q->ack_psn, psn) >= 0)
-		q->ack_due = false;
-	else
+	if (q->ack_due)
 		pkt_resp_ack(q);
 }
 
@@ -313,7 +311,7 @@ static void read_respond(struct pkt_qp *q, struct sv_target *t, uint32_t psn, ui
 		return;
 	}
 	uint32_t n = len ? (len + q->mtu - 1) / q->mtu : 1;
-	send_due_ack(q, false, psn);
+	send_due_ack(q);
 	/* Memory of another process (an imported context's home), that
 	 * may be unmapped (ODP) or that is GPU memory goes through a copy;
 	 * the rest is gathered straight into the datagram. */
@@ -356,7 +354,7 @@ static void send_atomic_ack(struct pkt_qp *q, uint32_t psn, uint64_t orig)
 {
 	uint8_t hdr[sizeof(struct ib_bth) + sizeof(struct ib_aeth) + sizeof(struct ib_atmack)];
 
-	send_due_ack(q, false, psn);
+	send_due_ack(q);
 	bth_set((struct ib_bth *)hdr, (uint8_t)(tr_code(q) | IB_OP_ATOMIC_ACK), false, 0, 0xffff,
 		q->dest_qpn, false, psn);
 	aeth_set((struct ib_aeth *)(hdr + sizeof(struct ib_bth)), AETH_ACK | AETH_CREDITS_INVALID,

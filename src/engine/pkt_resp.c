@@ -33,8 +33,6 @@ static bool rc(const struct pkt_qp *q)
 	return tr == IB_TR_RC || tr == IB_TR_XRC;
 }
 
-static void send_due_ack(struct pkt_qp *q);
-
 /* An ACK or NAK (AETH syndrome syn) for psn. */
 static void send_aeth(struct pkt_qp *q, uint8_t syn, uint32_t psn)
 {
@@ -60,12 +58,13 @@ void pkt_resp_ack(struct pkt_qp *q)
 }
 
 /*
- * A coalesced ACK still due leaves before a READ response or an atomic
- * ACK: responses go in the order of the requests (IBA 9.7.5.1), and the
- * requester reads an ACK for a PSN behind a later response as a stale
- * duplicate.  Held until the batch's end, it also carried the MSN of
- * messages after its PSN.  What it acknowledges is in place first (a
- * run into GPU memory is copied; a failed copy NAKs instead).
+ * A coalesced ACK still due leaves before a READ or an atomic is
+ * answered, new or duplicate (pkt_resp_rx, duplicate): responses go in
+ * the order of the requests (IBA 9.7.5.1), and the requester reads an
+ * ACK for a PSN behind a later response as a stale duplicate.  Held
+ * until the batch's end, it also carried the MSN of messages after its
+ * PSN.  What it acknowledges is in place first (a run into GPU memory
+ * is copied; a failed copy NAKs instead).
  */
 static void send_due_ack(struct pkt_qp *q)
 {
@@ -311,7 +310,6 @@ static void read_respond(struct pkt_qp *q, struct sv_target *t, uint32_t psn, ui
 		return;
 	}
 	uint32_t n = len ? (len + q->mtu - 1) / q->mtu : 1;
-	send_due_ack(q);
 	/* Memory of another process (an imported context's home), that
 	 * may be unmapped (ODP) or that is GPU memory goes through a copy;
 	 * the rest is gathered straight into the datagram. */
@@ -354,7 +352,6 @@ static void send_atomic_ack(struct pkt_qp *q, uint32_t psn, uint64_t orig)
 {
 	uint8_t hdr[sizeof(struct ib_bth) + sizeof(struct ib_aeth) + sizeof(struct ib_atmack)];
 
-	send_due_ack(q);
 	bth_set((struct ib_bth *)hdr, (uint8_t)(tr_code(q) | IB_OP_ATOMIC_ACK), false, 0, 0xffff,
 		q->dest_qpn, false, psn);
 	aeth_set((struct ib_aeth *)(hdr + sizeof(struct ib_bth)), AETH_ACK | AETH_CREDITS_INVALID,
@@ -414,6 +411,8 @@ static void duplicate(struct pkt_qp *q, const struct ib_bth *bth, struct sv_targ
 	const uint8_t *h = (const uint8_t *)bth + sizeof(*bth) + (tr_code(q) == IB_TR_XRC ? 4 : 0);
 
 	PKT_COUNT(q, dups);
+	if (op == IB_OP_READ_REQ || op == IB_OP_CMP_SWAP || op == IB_OP_FETCH_ADD)
+		send_due_ack(q);
 	if (op == IB_OP_READ_REQ) {
 		/* A READ has no side effect: it is served again (9.7.5.3.1). */
 		read_respond(q, t, psn, ib_get64(h), ib_get32(h + 8), ib_get32(h + 12));
@@ -555,6 +554,10 @@ void pkt_resp_rx(struct pkt_qp *q, const struct ib_bth *bth, const struct sv_lin
 		h += sizeof(struct ib_reth);
 	uint32_t npsn = 1;
 
+	/* A due ACK leaves before this request is answered, with the MSN
+	 * from before it. */
+	if (cls == IBH_READ || cls == IBH_ATOMIC)
+		send_due_ack(q);
 	if (cls == IBH_READ) {
 		uint32_t len = ib_get32(reth + 12);
 		/* C9-148: a READ's responses carry its own MSN, so it counts

@@ -24,8 +24,8 @@
 #      IMM variants, both atomics; lengths 0 to 64 KiB, scattered SGEs,
 #      inline, unsignaled, fenced) on two QPs, checked against a model of
 #      the server's memory: on one host (shm), across the veth (and the
-#      order of the server's answers in its capture), and under the
-#      faults of 1;
+#      order and MSNs of the server's answers in its capture), and under
+#      the faults of 1;
 #   8. one schedule of losses, scripted by a fake responder (a plain UDP
 #      socket): a SEND behind an atomic answered while a READ's hole held
 #      the requester back must still go and complete.
@@ -424,31 +424,46 @@ done
 # Responses go in the order of the requests (IBA 9.7.5.1): an ACK or NAK
 # the server sends never has a PSN behind a READ response or atomic ACK
 # it sent before on that QP (a coalesced ACK held to the batch's end
-# went after the READ response of a later request).  Only without
-# faults: `reorder` changes the order on the wire on purpose.
+# went after the READ response of a later request).  And a READ's first
+# response or an atomic's ACK, when it answers a new request (its PSN
+# past every answer before), carries that request's own MSN (C9-148):
+# more than any MSN the QP sent before.  Only without faults: `reorder`
+# changes the order on the wire on purpose.
 if ! command -v tshark >/dev/null; then
 	echo "skipped: the order of the server's answers: tshark is not installed"
 elif [ -s "$TMP/m-srv.pcap" ]; then
-	read -r acks behind first < <(tshark -r "$TMP/m-srv.pcap" -T fields -e frame.number \
-		-e ip.src -e infiniband.bth.opcode -e infiniband.bth.destqp -e infiniband.bth.psn \
-		2>/dev/null | awk -F'\t' -v srv=$A '
+	read -r acks behind first news stale sfirst < <(tshark -r "$TMP/m-srv.pcap" -T fields \
+		-e frame.number -e ip.src -e infiniband.bth.opcode -e infiniband.bth.destqp \
+		-e infiniband.bth.psn -e infiniband.aeth.msn 2>/dev/null | awk -F'\t' -v srv=$A '
+		function newer(a, b) { return (a - b + 16777216) % 16777216 < 8388608 }
 		$2 != srv { next }
+		$3 == 13 || $3 == 16 || $3 == 18 {
+			if (!($4 in top) || ($5 != top[$4] && newer($5, top[$4]))) {
+				m++
+				if (($4 in msn) && !newer($6, msn[$4] + 1) && !s++)
+					g = $1
+			}
+		}
 		$3 >= 13 && $3 <= 18 && $3 != 17 {
-			if (!($4 in top) || ($5 - top[$4] + 16777216) % 16777216 < 8388608)
+			if (!($4 in top) || newer($5, top[$4]))
 				top[$4] = $5
-			next
 		}
 		$3 == 17 {
 			n++
-			d = ($4 in top) ? (top[$4] - $5 + 16777216) % 16777216 : 0
-			if (d > 0 && d < 8388608 && !bad++)
+			if (($4 in top) && $5 != top[$4] && newer(top[$4], $5) && !bad++)
 				f = $1
 		}
-		END { print n + 0, bad + 0, f + 0 }')
+		$6 != "" && (!($4 in msn) || newer($6, msn[$4])) { msn[$4] = $6 }
+		END { print n + 0, bad + 0, f + 0, m + 0, s + 0, g + 0 }')
 	if [ "$acks" -gt 0 ] && [ "$behind" -eq 0 ]; then
 		ok "the server's $acks ACKs and NAKs never went behind a later READ response or atomic ACK"
 	else
 		bad "the server's ACKs and NAKs: $behind of $acks behind a later response (the first: frame $first)"
+	fi
+	if [ "$news" -gt 0 ] && [ "$stale" -eq 0 ]; then
+		ok "the server's answers to $news new READs and atomics each carried a new MSN"
+	else
+		bad "the server's answers to new READs and atomics: $stale of $news without a new MSN (the first: frame $sfirst)"
 	fi
 else
 	bad "the mix across the veth left no server capture"

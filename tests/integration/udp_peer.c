@@ -1306,8 +1306,8 @@ static size_t reth(uint8_t *p, uint64_t va, uint32_t rkey, uint32_t len)
 }
 
 enum { OP_SEND_ONLY = 0x04, OP_WRITE_MIDDLE = 0x07, OP_WRITE_ONLY = 0x0a, OP_READ_REQ = 0x0c,
-       OP_READ_RESP_FIRST = 0x0d, OP_READ_RESP_ONLY = 0x10, OP_ACK = 0x11, OP_FETCH_ADD = 0x14,
-       TR_UD = 0x60 };
+       OP_READ_RESP_FIRST = 0x0d, OP_READ_RESP_MIDDLE = 0x0e, OP_READ_RESP_ONLY = 0x10,
+       OP_ACK = 0x11, OP_ATOMIC_ACK = 0x12, OP_FETCH_ADD = 0x14, TR_UD = 0x60 };
 
 struct pkt {
 	const char *what;
@@ -1906,21 +1906,22 @@ static int run_fakeresp(const char *addr, int port)
 			continue;
 		uint8_t op = b[0];
 		uint32_t psn = get32(b + 8) & 0xffffff, k = (psn - p) & 0xffffff;
-		/* Answers: BTH, AETH (ACK, credits invalid), payload or AtomicAckETH. */
-		struct { uint8_t op; uint32_t psn, off, len; bool atomic; } ans[3];
+		/* Answers: BTH, AETH (ACK, credits invalid), then the READ's
+		 * bytes [off, off + len) or the AtomicAckETH. */
+		struct fake_ans { uint8_t op; uint32_t psn, off, len; } ans[3];
 		int na = 0;
 		if (op == OP_READ_REQ && k == 0 && ++rA0 >= 2)
-			ans[na++] = (typeof(ans[0])){ OP_READ_RESP_FIRST, p, 0, 1024, false };
+			ans[na++] = (struct fake_ans){ OP_READ_RESP_FIRST, p, 0, 1024 };
 		else if (op == OP_READ_REQ && k == 1 && ++rA1 >= 3)
-			ans[na++] = (typeof(ans[0])){ OP_READ_RESP_ONLY, psn, 1024, 1024, false };
+			ans[na++] = (struct fake_ans){ OP_READ_RESP_ONLY, psn, 1024, 1024 };
 		else if (op == OP_FETCH_ADD && k == 2 && rA0 >= 2)
-			ans[na++] = (typeof(ans[0])){ 0x12, psn, 0, 0, true };
+			ans[na++] = (struct fake_ans){ OP_ATOMIC_ACK, psn, 0, 0 };
 		else if (op == OP_READ_REQ && k == 3 && rA0 >= 2)
-			for (uint32_t i = 0; i < 3; i++)
-				ans[na++] = (typeof(ans[0])){ (uint8_t)(OP_READ_RESP_FIRST + (i ? i == 2 ? 2 : 1 : 0)),
-							      p + 3 + i, 2048 + i * 1024, 1024, false };
+			for (uint32_t i = 0; i < 3; i++)	/* FIRST, MIDDLE, LAST */
+				ans[na++] = (struct fake_ans){ (uint8_t)(OP_READ_RESP_FIRST + i), p + 3 + i,
+							       2048 + i * 1024, 1024 };
 		else if (op == OP_SEND_ONLY && k == 6 && rA1 >= 3) {
-			ans[na++] = (typeof(ans[0])){ OP_ACK, psn, 0, 0, false };
+			ans[na++] = (struct fake_ans){ OP_ACK, psn, 0, 0 };
 			check(true, "fakeresp: the SEND came %.1f ms after READ A's last response",
 			      now_ms() - t_last);
 			rc = 0;
@@ -1928,11 +1929,11 @@ static int run_fakeresp(const char *addr, int port)
 		for (int i = 0; i < na; i++) {
 			size_t m = bth(o, ans[i].op, 0, 0, h.qp[0].qpn, ans[i].psn);
 			o[8] = 0;	/* no AckReq on a response */
-			if (ans[i].op != 0x0e) {	/* every one but a MIDDLE has an AETH */
+			if (ans[i].op != OP_READ_RESP_MIDDLE) {	/* the others have an AETH */
 				put32(o + m, 0x1fu << 24 | 1);
 				m += 4;
 			}
-			if (ans[i].atomic) {
+			if (ans[i].op == OP_ATOMIC_ACK) {
 				put64(o + m, STALE_ORIG);
 				m += 8;
 			}

@@ -22,14 +22,11 @@
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <net/if.h>
 #include <poll.h>
-#include <stdio.h>
 #include <sys/stat.h>
-#include <time.h>
 
-#include "helpers.h"
+#include "own_host.h"
 
 #define IF_A		"sv6a"
 #define ADDR4		"198.18.0.9"
@@ -39,7 +36,6 @@
 #define NOBODY_LL6	"fe80::99"
 
 static bool forced;	/* SOFTVERBS_TRANSPORT=udp: every message by packets */
-static char errpath[64];
 
 static int setup_ifaces(void)
 {
@@ -55,15 +51,7 @@ static int setup_ifaces(void)
 		"ip link set " IF_A " up",
 		"ip link set sv6b up",
 	};
-	for (size_t i = 0; i < SV_ARRAY_LEN(cmds); i++) {
-		char c[512];
-		snprintf(c, sizeof(c), "%s >/dev/null 2>&1", cmds[i]);
-		if (system(c)) {
-			fprintf(stderr, "test_ipv6: setup failed: %s\n", cmds[i]);
-			return -1;
-		}
-	}
-	return 0;
+	return host_setup("test_ipv6", cmds, SV_ARRAY_LEN(cmds));
 }
 
 static union ibv_gid gid_of(const char *addr)
@@ -106,20 +94,6 @@ static long udp6_out(void)
 	fclose(p);
 	assert_true(out >= 0);
 	return out;
-}
-
-/* What the library wrote on stderr (redirected to errpath in main). */
-static bool said(const char *what)
-{
-	static char buf[65536];
-	FILE *p = fopen(errpath, "r");
-	size_t n;
-
-	assert_non_null(p);
-	n = fread(buf, 1, sizeof(buf) - 1, p);
-	buf[n] = 0;
-	fclose(p);
-	return strstr(buf, what) != NULL;
 }
 
 static void test_gid_table(void **state)
@@ -173,21 +147,6 @@ static struct ibv_qp *ud_qp(struct fix *f)
 	return qp;
 }
 
-static bool poll_one(struct ibv_cq *cq, struct ibv_wc *wc, double seconds)
-{
-	struct timespec t0, t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	do {
-		int n = ibv_poll_cq(cq, 1, wc);
-		assert_true(n >= 0);
-		if (n)
-			return true;
-		clock_gettime(CLOCK_MONOTONIC, &t);
-	} while ((double)(t.tv_sec - t0.tv_sec) + (double)(t.tv_nsec - t0.tv_nsec) / 1e9 < seconds);
-	return false;
-}
-
 /* A UD message from one QP to another over addr's GID; returns the 40
  * bytes the receiver found before it. */
 static void ud_grh(struct fix *f, const char *addr, uint8_t tclass, uint8_t hops, uint8_t *grh,
@@ -223,7 +182,7 @@ static void ud_grh(struct fix *f, const char *addr, uint8_t tclass, uint8_t hops
 	}, *bsw;
 	assert_int_equal(ibv_post_send(tx, &sw, &bsw), 0);
 	for (int got = 0; got < 2;) {
-		if (!poll_one(f->cq, &wc, 5))
+		if (!host_poll(f->cq, &wc, 5))
 			fail_msg("UD over %s: no completion", addr);
 		if (wc.status != IBV_WC_SUCCESS)
 			fail_msg("UD over %s: %s", addr, ibv_wc_status_str(wc.status));
@@ -324,13 +283,13 @@ static void send_unanswered(struct fix *f, struct ibv_qp *qp, const char *peer_t
 
 	long before = udp6_out();
 	assert_int_equal(ibv_post_send(qp, &w, &bad), 0);
-	if (!poll_one(f->cq, &wc, 10))
+	if (!host_poll(f->cq, &wc, 10))
 		fail_msg("no completion for a SEND to %s", peer_text);
 	assert_int_equal(wc.status, IBV_WC_RETRY_EXC_ERR);
 	/* The first try and one retry, at least. */
 	assert_true(udp6_out() - before >= 2);
 	snprintf(want, sizeof(want), "at %s: transport retry counter exceeded", peer_text);
-	if (!said(want))
+	if (!host_said(want))
 		fail_msg("explain mode did not say \"%s\"", want);
 	assert_int_equal(ibv_dereg_mr(mr), 0);
 }
@@ -354,7 +313,7 @@ static void test_rc_link_local(void **state)
 	/* A link-local peer needs the interface: a global source GID has
 	 * none to offer. */
 	assert_int_equal(rc_to(f, qp, NOBODY_LL6, ADDR6), EINVAL);
-	assert_true(said("dgid " NOBODY_LL6 " is link-local: grh.sgid_index must name"));
+	assert_true(host_said("dgid " NOBODY_LL6 " is link-local: grh.sgid_index must name"));
 	assert_int_equal(ibv_destroy_qp(qp), 0);
 	qp = fix_qp(f, IBV_QPT_RC);
 	assert_int_equal(rc_to(f, qp, NOBODY_LL6, LL6), 0);
@@ -382,12 +341,8 @@ int main(void)
 		return 1;
 	forced = t && !strcmp(t, "udp");
 	/* Explain lines go to stderr, which the tests read back. */
-	snprintf(errpath, sizeof(errpath), "/tmp/svtest-ipv6-%d.err", (int)getpid());
-	setenv("SOFTVERBS_EXPLAIN", "1", 1);
-	int saved = dup(2), fd = open(errpath, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0600);
-	if (fd < 0 || saved < 0 || dup2(fd, 2) < 0)
+	if (host_explain_capture("test-ipv6"))
 		return 1;
-	close(fd);
 
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_gid_table, fix_setup, fix_teardown),
@@ -395,13 +350,5 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_rc_unanswered, fix_setup, fix_teardown),
 		cmocka_unit_test_setup_teardown(test_rc_link_local, fix_setup, fix_teardown),
 	};
-	int ret = cmocka_run_group_tests(tests, NULL, NULL);
-
-	/* The library's lines, for the log. */
-	dup2(saved, 2);
-	char cmd[256];
-	snprintf(cmd, sizeof(cmd), "sed 's/^/    lib: /' %s >&2; rm -f %s", errpath, errpath);
-	if (system(cmd))
-		ret = ret ? ret : 1;
-	return ret;
+	return host_explain_release(cmocka_run_group_tests(tests, NULL, NULL));
 }

@@ -30,6 +30,7 @@
 
 #include "helpers.h"
 #include "transport/udp/tap.h"
+#include "icrc_hand.h"
 
 extern char **environ;
 
@@ -43,12 +44,6 @@ static uint64_t mono_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static void put16(uint8_t *p, uint16_t v)
-{
-	p[0] = (uint8_t)(v >> 8);
-	p[1] = (uint8_t)v;
-}
-
 static void put_le32(uint8_t *p, uint32_t v)
 {
 	for (int i = 0; i < 4; i++)
@@ -58,26 +53,6 @@ static void put_le32(uint8_t *p, uint32_t v)
 static uint32_t get_le32(const uint8_t *p)
 {
 	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static struct sv_flow flow_v4(const char *src, const char *dst, uint16_t sport, uint16_t dport)
-{
-	struct sv_flow f = { .sport = sport, .dport = dport, .ttl = 64, .v4 = true };
-
-	f.src.s6_addr[10] = f.src.s6_addr[11] = 0xff;
-	f.dst.s6_addr[10] = f.dst.s6_addr[11] = 0xff;
-	assert_int_equal(inet_pton(AF_INET, src, &f.src.s6_addr[12]), 1);
-	assert_int_equal(inet_pton(AF_INET, dst, &f.dst.s6_addr[12]), 1);
-	return f;
-}
-
-static struct sv_flow flow_v6(const char *src, const char *dst, uint16_t sport, uint16_t dport)
-{
-	struct sv_flow f = { .sport = sport, .dport = dport, .ttl = 64 };
-
-	assert_int_equal(inet_pton(AF_INET6, src, &f.src), 1);
-	assert_int_equal(inet_pton(AF_INET6, dst, &f.dst), 1);
-	return f;
 }
 
 /* ------------------------------------------------------------------ */
@@ -270,48 +245,6 @@ static size_t write_only(uint8_t *p)
 	memcpy(p + 28, "softverbs tap", 13);
 	memset(p + 41, 0, 3);
 	return 44;
-}
-
-/* The IPv6 masked buffer of A17.8, by hand. */
-static uint32_t hand_icrc_v6(const struct sv_flow *f, const uint8_t *pkt, size_t len)
-{
-	uint8_t m[256];
-	size_t o = 0;
-
-	memset(m, 0xff, 8), o = 8;
-	m[o++] = 0x6f, m[o++] = 0xff, m[o++] = 0xff, m[o++] = 0xff;
-	put16(m + o, (uint16_t)(8 + len + 4)), o += 2;
-	m[o++] = 17, m[o++] = 0xff;
-	memcpy(m + o, &f->src, 16), o += 16;
-	memcpy(m + o, &f->dst, 16), o += 16;
-	put16(m + o, f->sport), put16(m + o + 2, f->dport);
-	put16(m + o + 4, (uint16_t)(8 + len + 4)), put16(m + o + 6, 0xffff), o += 8;
-	memcpy(m + o, pkt, len);
-	m[o + 4] = 0xff;
-	return (uint32_t)crc32(0, m, (uInt)(o + len));
-}
-
-/* IPv4 by hand, with or without DF. */
-static uint32_t hand_icrc_v4(const struct sv_flow *f, const uint8_t *pkt, size_t len, bool df)
-{
-	uint8_t m[1536];
-	size_t o = 8;
-
-	assert_true(len <= sizeof(m) - 36);
-
-	memset(m, 0xff, 8);
-	m[o++] = 0x45, m[o++] = 0xff;
-	put16(m + o, (uint16_t)(20 + 8 + len + 4)), o += 2;
-	put16(m + o, 0), o += 2;
-	put16(m + o, df ? 0x4000 : 0), o += 2;
-	m[o++] = 0xff, m[o++] = 17, m[o++] = 0xff, m[o++] = 0xff;
-	memcpy(m + o, &f->src.s6_addr[12], 4), o += 4;
-	memcpy(m + o, &f->dst.s6_addr[12], 4), o += 4;
-	put16(m + o, f->sport), put16(m + o + 2, f->dport);
-	put16(m + o + 4, (uint16_t)(8 + len + 4)), put16(m + o + 6, 0xffff), o += 8;
-	memcpy(m + o, pkt, len);
-	m[o + 4] = 0xff;
-	return (uint32_t)crc32(0, m, (uInt)(o + len));
 }
 
 /* Every single-byte change is caught, except in BTH resv8a (masked). */

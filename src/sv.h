@@ -62,6 +62,7 @@ struct sv_config {
 	enum ibv_mtu active_mtu;	/* SOFTVERBS_MTU */
 	uint32_t vendor_part_id;	/* SOFTVERBS_VENDOR_PART_ID */
 	uint16_t lid;			/* SOFTVERBS_LID, 0 = derive */
+	bool lid_addr;			/* SOFTVERBS_LID=addr: from the IPv4 address */
 	int explain;			/* SOFTVERBS_EXPLAIN */
 	int log_level;			/* SOFTVERBS_LOG */
 	char registry[128];		/* SOFTVERBS_REGISTRY */
@@ -850,9 +851,25 @@ int sv_gid_find(const struct sv_device *dev, const union ibv_gid *gid);
 /* The interface a RoCE GID is an address of (0: none). */
 uint32_t sv_gid_ifindex(const struct sv_device *dev, unsigned index);
 bool sv_port_needs_grh(const struct sv_device *dev);
-/* The port's active MTU: SOFTVERBS_MTU, or in RoCE mode less when an
- * interface of the host carries less. */
+/* The port's active MTU: SOFTVERBS_MTU, or less when the interfaces the
+ * port's packets leave by carry less (RoCE: every interface of the host;
+ * IB with SOFTVERBS_LID=addr: the subnet's). */
 enum ibv_mtu sv_port_mtu(const struct sv_device *dev);
+/* IB mode: the port's LID.  With SOFTVERBS_LID=addr the first device's
+ * is the host part of the host's IPv4 address on its subnet, and every
+ * LID of that subnet is a host's address (sv_lid_addr, sv_addr_lid). */
+uint16_t sv_port_lid(const struct sv_device *dev);
+/* Whether other hosts reach this port by LID (IB, SOFTVERBS_LID=addr,
+ * and an IPv4 subnet to number the hosts of). */
+bool sv_port_lid_routed(const struct sv_device *dev);
+/* The IPv4 address of LID lid on the port's subnet, and the port's own
+ * (network byte order); false when lid names no address there. */
+bool sv_lid_addr(const struct sv_device *dev, uint16_t lid, uint32_t *dst, uint32_t *src);
+/* The LID of an IPv4 address (network byte order) on the port's subnet;
+ * 0 for any other. */
+uint16_t sv_addr_lid(const struct sv_device *dev, uint32_t addr);
+/* That subnet as text, "198.18.0.0/30" ("" when there is none). */
+const char *sv_port_subnet(const struct sv_device *dev, char *buf, size_t len);
 
 /* verbs/device.c */
 void sv_port_attr(const struct sv_device *dev, struct ibv_port_attr *pa);

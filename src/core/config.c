@@ -129,9 +129,15 @@ static bool set_lid(const char *v)
 {
 	unsigned long n;
 
+	if (!strcmp(v, "addr")) {
+		cfg.lid = 0;
+		cfg.lid_addr = true;
+		return true;
+	}
 	if (!parse_uint(v, SV_LID_MAX_UNICAST, &n) || n == 0)
 		return false;
 	cfg.lid = (uint16_t)n;
+	cfg.lid_addr = false;
 	return true;
 }
 
@@ -232,7 +238,7 @@ static const struct setting settings[] = {
 	{ "link_layer", set_link, "ib or roce" },
 	{ "mtu", set_mtu, "256, 512, 1024, 2048 or 4096" },
 	{ "vendor_part_id", set_part_id, "a 32-bit number" },
-	{ "lid", set_lid, "1..0xbfff" },
+	{ "lid", set_lid, "1..0xbfff, or addr" },
 	{ "explain", set_explain, "0/1, yes/no, true/false, on/off" },
 	{ "log", set_log, "none, error, warn, info, debug or 0..4" },
 	{ "registry", set_registry, "a /dev/shm file name without '/'" },

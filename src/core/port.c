@@ -9,6 +9,13 @@
  * A16/A17, RoCEv2 annex).  The table and the port's MTU are the host's,
  * read from its interfaces once: the verbs report them and the engine
  * routes by them.
+ *
+ * In IB mode a LID names a port on one subnet, and a subnet manager
+ * numbers the ports.  With SOFTVERBS_LID=addr the numbering is the IPv4
+ * one: the first device's LID is the host part of the host's address on
+ * its subnet, and a LID on that subnet is the address with that host part,
+ * so that programs that address by LID alone (qperf, the pingpongs
+ * without -g) reach other hosts; the packets are RoCEv2 as in RoCE mode.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -33,6 +40,12 @@ static struct sv_device devices[SV_MAX_DEVICES];
 /* RoCE: the largest IB MTU every interface of the host carries. */
 static enum ibv_mtu link_mtu = IBV_MTU_4096;
 static struct gid_slot gids[SV_MAX_DEVICES][SV_GID_TBL_LEN];
+/* SOFTVERBS_LID=addr: the port's IPv4 subnet (host byte order). */
+static struct {
+	bool on;
+	uint32_t addr, mask;
+	enum ibv_mtu mtu;
+} subnet;
 static int ndevices;
 static pthread_once_t dev_once = PTHREAD_ONCE_INIT;
 
@@ -40,22 +53,60 @@ static pthread_once_t dev_once = PTHREAD_ONCE_INIT;
  * 40 for IPv6), UDP, BTH, the largest extension headers and the ICRC:
  * rxe derives the port's MTU from its netdev's the same way.  The port's
  * is the largest every interface with an address carries. */
-static void clamp_mtu(const char *ifname, int ip_hdr)
+static enum ibv_mtu if_mtu(const char *ifname, int ip_hdr)
 {
 	struct ifreq ifr = { 0 };
 	int fd = sv_socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	enum ibv_mtu m = IBV_MTU_4096;
 
 	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", ifname);
 	if (fd >= 0 && !ioctl(fd, SIOCGIFMTU, &ifr)) {
 		int room = ifr.ifr_mtu - ip_hdr - 8 - 12 - 28 - 4 - 4;
-		enum ibv_mtu m = IBV_MTU_256;
+		m = IBV_MTU_256;
 		while (m < IBV_MTU_4096 && (128 << (m + 1)) <= room)
 			m++;
-		if (m < link_mtu)
-			link_mtu = m;
 	}
 	if (fd >= 0)
 		close(fd);
+	return m;
+}
+
+static void clamp_mtu(const char *ifname, int ip_hdr)
+{
+	enum ibv_mtu m = if_mtu(ifname, ip_hdr);
+
+	if (m < link_mtu)
+		link_mtu = m;
+}
+
+/*
+ * The subnet of SOFTVERBS_LID=addr: the first IPv4 address of an
+ * interface other than loopback whose host part is a unicast LID
+ * (1..0xbfff) and not its subnet's broadcast address.  A /31 or /32 has
+ * no host part to number by.
+ */
+static void find_subnet(void)
+{
+	struct ifaddrs *ifa;
+
+	if (!sv_config()->lid_addr || getifaddrs(&ifa))
+		return;
+	for (struct ifaddrs *i = ifa; i && !subnet.on; i = i->ifa_next) {
+		if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || !i->ifa_netmask ||
+		    (i->ifa_flags & IFF_LOOPBACK))
+			continue;
+		uint32_t a = ntohl(((const struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr);
+		uint32_t m = ntohl(((const struct sockaddr_in *)i->ifa_netmask)->sin_addr.s_addr);
+		uint32_t host = a & ~m;
+		if ((a >> 24) == 127 || m >= 0xfffffffeu || !host || host == ~m ||
+		    host > SV_LID_MAX_UNICAST)
+			continue;
+		subnet.on = true;
+		subnet.addr = a;
+		subnet.mask = m;
+		subnet.mtu = if_mtu(i->ifa_name, 20);
+	}
+	freeifaddrs(ifa);
 }
 
 /*
@@ -113,6 +164,7 @@ static void init_devices(void)
 	uint64_t h = sv_host_hash();
 
 	ndevices = c->num_devices;
+	find_subnet();
 	for (int i = 0; i < ndevices; i++) {
 		struct sv_device *d = &devices[i];
 		struct ibv_device *ib = &d->ibdev;
@@ -162,10 +214,57 @@ struct sv_device *sv_device_get(struct ibv_device *d)
 
 enum ibv_mtu sv_port_mtu(const struct sv_device *dev)
 {
-	(void)dev;
 	ensure_devices();
-	return sv_config()->link == SV_LINK_ROCE && link_mtu < sv_config()->active_mtu ? link_mtu :
-	       sv_config()->active_mtu;
+	enum ibv_mtu m = sv_config()->active_mtu;
+
+	if (sv_config()->link == SV_LINK_ROCE && link_mtu < m)
+		m = link_mtu;
+	if (sv_port_lid_routed(dev) && subnet.mtu < m)
+		m = subnet.mtu;
+	return m;
+}
+
+bool sv_port_lid_routed(const struct sv_device *dev)
+{
+	ensure_devices();
+	return sv_config()->link == SV_LINK_IB && subnet.on && dev->index == 0;
+}
+
+uint16_t sv_port_lid(const struct sv_device *dev)
+{
+	return sv_port_lid_routed(dev) ? (uint16_t)(subnet.addr & ~subnet.mask) :
+	       sv_reg_lid(dev->index);
+}
+
+bool sv_lid_addr(const struct sv_device *dev, uint16_t lid, uint32_t *dst, uint32_t *src)
+{
+	if (!sv_port_lid_routed(dev) || !lid || lid > SV_LID_MAX_UNICAST || lid >= ~subnet.mask)
+		return false;
+	*dst = htonl((subnet.addr & subnet.mask) | lid);
+	*src = htonl(subnet.addr);
+	return true;
+}
+
+const char *sv_port_subnet(const struct sv_device *dev, char *buf, size_t len)
+{
+	struct in_addr net = { htonl(subnet.addr & subnet.mask) };
+	char a[INET_ADDRSTRLEN];
+
+	if (sv_port_lid_routed(dev) && inet_ntop(AF_INET, &net, a, sizeof(a)))
+		snprintf(buf, len, "%s/%d", a, __builtin_popcount(subnet.mask));
+	else if (len)
+		buf[0] = 0;
+	return buf;
+}
+
+uint16_t sv_addr_lid(const struct sv_device *dev, uint32_t addr)
+{
+	uint32_t h = ntohl(addr);
+
+	if (!sv_port_lid_routed(dev) || (h & subnet.mask) != (subnet.addr & subnet.mask))
+		return 0;
+	h &= ~subnet.mask;
+	return h && h <= SV_LID_MAX_UNICAST && h != ~subnet.mask ? (uint16_t)h : 0;
 }
 
 bool sv_port_needs_grh(const struct sv_device *dev)

@@ -170,11 +170,29 @@ bool sv_route_remote(const struct sv_device *dev, const struct ibv_ah_attr *av,
 	memset(r, 0, sizeof(*r));
 	r->ttl = 64;
 	if (sv_config()->link == SV_LINK_IB) {
-		bool here = av->dlid == sv_reg_lid(dev->index) || av->dlid >= 0xc000;
+		uint16_t own = sv_port_lid(dev);
+		bool here = av->dlid == own || av->dlid >= 0xc000;
+		uint32_t dst, src;
+		if (!here && sv_lid_addr(dev, av->dlid, &dst, &src)) {
+			/* Another host of the subnet (SOFTVERBS_LID=addr): its
+			 * address; the GRH, if any, does not travel (RoCEv2
+			 * has the IP header in its place). */
+			route_v4(&r->dst, dst);
+			route_v4(&r->src, src);
+			r->v4 = true;
+			return true;
+		}
 		if (!here) {
-			snprintf(buf, sizeof(buf), "dlid 0x%x is not on this host (its LID is 0x%x); "
-				 "across hosts softverbs speaks RoCEv2: set SOFTVERBS_LINK_LAYER=roce "
-				 "and use GIDs", av->dlid, sv_reg_lid(dev->index));
+			if (sv_port_lid_routed(dev))
+				snprintf(buf, sizeof(buf), "dlid 0x%x is not on this host (its LID is "
+					 "0x%x) nor a host's of its subnet, %s (a LID there is an "
+					 "address's host part)", av->dlid, own,
+					 sv_port_subnet(dev, a, sizeof(a)));
+			else
+				snprintf(buf, sizeof(buf), "dlid 0x%x is not on this host (its LID is "
+					 "0x%x); other hosts are reached by LID with SOFTVERBS_LID=addr "
+					 "on every host (LIDs from IPv4 addresses), or by GID with "
+					 "SOFTVERBS_LINK_LAYER=roce", av->dlid, own);
 			*why = buf;
 			return false;
 		}
@@ -644,8 +662,11 @@ int sv_pkt_qp_route(struct sv_qp *qp, const struct ibv_qp_attr *a, int mask, cha
 {
 	enum ibv_qp_type type = qp->ex.qp_base.qp_type;
 	enum ibv_qp_state next = a->qp_state;
-	bool roce = sv_config()->link == SV_LINK_ROCE ||
-		    sv_config()->transport == SV_TRANSPORT_UDP;
+	/* Whether another host can address this QP: by GID, or by LID
+	 * (SOFTVERBS_LID=addr); forced packets reach it on this one. */
+	bool reachable = sv_config()->link == SV_LINK_ROCE ||
+			 sv_config()->transport == SV_TRANSPORT_UDP ||
+			 sv_port_lid_routed(qp->ctx->dev);
 
 	if (!(mask & IBV_QP_STATE))
 		return 0;
@@ -670,7 +691,7 @@ int sv_pkt_qp_route(struct sv_qp *qp, const struct ibv_qp_attr *a, int mask, cha
 	if (type == IBV_QPT_UD || type == IBV_QPT_XRC_RECV) {
 		/* Anyone may send to these: receive packets too when another
 		 * host could reach this one.  Not fatal: shm works without. */
-		if (roce && !qp_attach(qp, why, len))
+		if (reachable && !qp_attach(qp, why, len))
 			sv_explain("modify_qp", "qpn 0x%x receives from this host only: %s",
 				   qp->ex.qp_base.qp_num, why);
 		else if (qp->pq)	/* any peer: none named */
@@ -698,6 +719,7 @@ int sv_pkt_qp_route(struct sv_qp *qp, const struct ibv_qp_attr *a, int mask, cha
 		return EADDRNOTAVAIL;
 	pthread_mutex_lock(&q->pc->rx_lock);
 	q->peer = r;
+	q->src_lid = av->dlid;
 	/* No packet larger than the link carries: the path MTU, within the
 	 * port's (an interface's MTU, sv_port_mtu). */
 	q->mtu = mtu_bytes(mask & IBV_QP_PATH_MTU ? a->path_mtu : qp->attr.path_mtu);

@@ -60,6 +60,9 @@ struct pkt_qp {
 	int fd;				/* the sending socket */
 	uint16_t sport;			/* its port: the QP's UDP source port */
 	struct sv_route peer;		/* RC, UC, XRC: the destination */
+	/* IB mode: the LID a message came from, for its completion's slid:
+	 * the peer's (RC, UC, XRC), each datagram's sender's (UD). */
+	uint16_t src_lid;
 	uint32_t mtu;			/* path_mtu in bytes */
 	uint32_t dest_qpn;
 	uint8_t tr;			/* its opcodes' transport (IB_TR_*) */

@@ -187,7 +187,7 @@ static bool complete_recv(struct pkt_qp *q, struct sv_target *t, enum ibv_wc_opc
 		.wr_id = q->rwqe.w.wr_id, .opcode = (uint8_t)op, .byte_len = len,
 		.qp_num = t->wq_num ? t->wq_num : t->qp->qpn, .src_qp = src_qp,
 		.wc_flags = wc_flags, .imm = imm, .solicited = se, .tag = q->tm ? q->tm_how.tag : 0,
-		.slid = sv_config()->link == SV_LINK_IB ? sv_reg_lid(q->qp->ctx->dev->index) : 0,
+		.slid = sv_config()->link == SV_LINK_IB ? q->src_lid : 0,
 	};
 
 	q->have_wqe = false;
@@ -279,10 +279,23 @@ static void ud_rx(struct pkt_qp *q, const struct ib_bth *bth, const struct sv_li
 		return;
 	}
 	q->have_wqe = true;
-	q->off = 0;
+	/* The first 40 bytes are the GRH's (IBA 11.4.1.1).  In IB mode
+	 * none travels (a RoCEv2 packet has its IP header in that place):
+	 * they are left as they are, as a NIC leaves them for a packet
+	 * without one, and the LID is the sender address's. */
+	bool ib = sv_config()->link == SV_LINK_IB;
 	uint8_t grh[40];
-	grh_of(p, grh);
-	enum sv_result r = place_recv(q, &t, p->buf + hl, plen, 0, grh, 40);
+	if (ib) {
+		uint32_t from;
+		memcpy(&from, &p->route.src.s6_addr[12], 4);
+		q->src_lid = p->route.v4 ? sv_addr_lid(q->qp->ctx->dev, from) : 0;
+		if (!q->src_lid)	/* forced packets on this host */
+			q->src_lid = sv_port_lid(q->qp->ctx->dev);
+	} else {
+		grh_of(p, grh);
+	}
+	q->off = ib ? 40 : 0;
+	enum sv_result r = place_recv(q, &t, p->buf + hl, plen, 0, grh, ib ? 0 : 40);
 	if (r != SV_R_OK) {
 		sv_resp_fail(&t, &q->rwqe.w, r == SV_R_LOC_LEN ? IBV_WC_LOC_LEN_ERR :
 			     IBV_WC_LOC_PROT_ERR, -1);
@@ -293,7 +306,7 @@ static void ud_rx(struct pkt_qp *q, const struct ib_bth *bth, const struct sv_li
 	if (imm)
 		memcpy(&iv, h + 8, 4);
 	complete_recv(q, &t, IBV_WC_RECV, (uint32_t)(plen + 40), sqp,
-		      IBV_WC_GRH | (imm ? IBV_WC_WITH_IMM : 0), iv, bth_se(bth), 0);
+		      (ib ? 0 : IBV_WC_GRH) | (imm ? IBV_WC_WITH_IMM : 0), iv, bth_se(bth), 0);
 }
 
 /* READ responses for [va, va + len) from PSN psn on. */

@@ -81,7 +81,7 @@ void sv_port_attr(const struct sv_device *dev, struct ibv_port_attr *pa)
 	pa->max_msg_sz = SV_MAX_MSG_SZ;
 	pa->pkey_tbl_len = SV_PKEY_TBL_LEN;
 	/* RoCE ports have no LIDs: the address is the GID (IBA A16.4.1). */
-	pa->lid = ib ? sv_reg_lid(dev->index) : 0;
+	pa->lid = ib ? sv_port_lid(dev) : 0;
 	pa->sm_lid = ib ? pa->lid : 0;
 	pa->max_vl_num = 1;
 	pa->active_width = 2;	/* 4x */

@@ -328,7 +328,7 @@ struct ibv_qp *sv_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_
 	atomic_store(&sh->state, IBV_QPS_RESET);
 	sv_seg_publish_qp(c->seg.h, qpn, qp->sh_off);
 	qp->ctx = c;
-	qp->slid = sv_config()->link == SV_LINK_ROCE ? 0 : sv_reg_lid(c->dev->index);
+	qp->slid = sv_config()->link == SV_LINK_ROCE ? 0 : sv_port_lid(c->dev);
 	pthread_mutex_lock(&c->lock);
 	qp->next = c->qps;
 	c->qps = qp;

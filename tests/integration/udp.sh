@@ -50,6 +50,9 @@ ADDR6_A=2001:2::1 ADDR6_B=2001:2::2
 # The IPv6 section sets these: GID_A6/GID_B6 for @GID@, the counter the
 # traffic is checked on (udp6: Udp6OutDatagrams), a tag for the names.
 GID_FAMILY="" P_UDP=udp P_TAG=""
+# The link layer of every run; the IB section sets ib, where a peer is
+# named by its LID alone.
+LINK=roce
 BUDGET=${SV_UDP_BUDGET:-840}
 BW_N=${SV_UDP_BW_ITERS:-100}
 LOSS_N=${SV_UDP_LOSS_ITERS:-5}
@@ -87,19 +90,27 @@ tmo() {
 }
 
 # run_in NS SIDE TIMEOUT CMD ARGS...: CMD in namespace NS ("" for this one)
-# under softverbs in RoCE mode; @GID@ in ARGS becomes the side's GID index.
+# under softverbs in $LINK mode; @GID@ in ARGS becomes the side's GID index,
+# and in IB mode goes with the flag before it (-g, -x): the peer is named
+# by LID.
 run_in() {
 	local ns=$1 side=$2 t=$3 a gidvar
 	shift 3
 	gidvar=GID_$side$GID_FAMILY
-	local args=() envs=("LD_LIBRARY_PATH=$LD_LIBRARY_PATH" SOFTVERBS_LINK_LAYER=roce)
+	local args=() envs=("LD_LIBRARY_PATH=$LD_LIBRARY_PATH" SOFTVERBS_LINK_LAYER=$LINK)
 	[ -n "${LD_PRELOAD:-}" ] && envs+=("LD_PRELOAD=$LD_PRELOAD" "ASAN_OPTIONS=${ASAN_OPTIONS:-}")
 	envs+=("${NS_ENV[@]}")
 	for a in "${EXTRA_ENV[@]}"; do
 		case $a in [A-Z]:*) [ "${a%%:*}" = "$side" ] || continue; a=${a#?:} ;; esac
 		envs+=("${a//@SIDE@/$side}")
 	done
-	for a in "$@"; do args+=("${a//@GID@/${!gidvar:-}}"); done
+	for a in "$@"; do
+		if [ "$LINK" = ib ] && [ "$a" = @GID@ ]; then
+			unset 'args[-1]'
+			continue
+		fi
+		args+=("${a//@GID@/${!gidvar:-}}")
+	done
 	if [ -n "$ns" ]; then
 		timeout -k 5 "$t" ip netns exec "$ns" env "${envs[@]}" "${args[@]}"
 	else
@@ -321,37 +332,44 @@ qval() {
 		printf "%d\n", v * m; exit }' "$1"
 }
 
-# qperf's RC tests with the server in A.  qperf 0.4.11 puts no GRH in its
-# address vectors unless it connects through rdma_cm (-cm1), and RoCE
-# needs one; -cm1 serves only RC.  Time-based (-t 1): what moved is what
-# the client reports (-vvs), of which 90% is asked of the wire (qperf
-# rounds to 3 digits).
+# qperf's tests with the server in A.  qperf 0.4.11 puts no GRH in its
+# address vectors unless it connects through rdma_cm (-cm1), which serves
+# only RC: in RoCE mode, which needs a GRH, the RC tests run through
+# rdma_cm; in IB mode every test runs as qperf sets it up, by LID.
+# Time-based (-t 1): what moved is what the client reports (-vvs), of
+# which 90% is asked of the wire (qperf rounds to 3 digits).
 qperf_hosts() {
-	local port=19765 srv t rc a2b b2a dga dgb cs0 cc0 cs1 cc1
-	local tq
+	local port=$((PORT++)) srv t rc a2b b2a dga dgb cs0 cc0 cs1 cc1
+	local tq cm=() tests=(rc_lat rc_bw rc_rdma_write_lat rc_rdma_read_bw rc_compare_swap_mr)
+	if [ "$LINK" = ib ]; then
+		tests+=(ud_lat uc_bw)
+	else
+		cm=(-cm1)
+	fi
 	tq=$(tmo 300) || { bad "qperf: not run: the time budget is spent"; return 1; }
 	run_in "$NSA" A "$tq" qperf -lp $port >"$TMP/qsrv.log" 2>&1 &
 	srv=$!
 	if ! ns_wait_listen "$NSA" $port; then
 		bad "qperf: the server never listened"; sed 's/^/    /' "$TMP/qsrv.log" | tail -3; return 1
 	fi
-	for t in rc_lat rc_bw rc_rdma_write_lat rc_rdma_read_bw rc_compare_swap_mr; do
-		tq=$(tmo 30) || { bad "qperf $t: not run: the time budget is spent"; continue; }
+	for t in "${tests[@]}"; do
+		local what="qperf${cm:+ ${cm[*]}} $t$P_TAG"
+		tq=$(tmo 30) || { bad "$what: not run: the time budget is spent"; continue; }
 		cs0=$(ns_counters "$NSA" $IFA)
 		cc0=$(ns_counters "$NSB" $IFB)
-		run_in "$NSB" B "$tq" qperf -lp $port -cm1 -t 1 -vvs $ADDR_A $t >"$TMP/q.log" 2>&1
+		run_in "$NSB" B "$tq" qperf -lp $port "${cm[@]}" -t 1 -vvs $ADDR_A $t >"$TMP/q.log" 2>&1
 		rc=$?
 		if [ $rc -ne 0 ] || ! grep -qE '(latency|bw|msg_rate) += +[0-9.]+ ' "$TMP/q.log"; then
-			bad "qperf -cm1 $t (rc $rc)"
+			bad "$what (rc $rc)"
 			sed 's/^/    cli: /' "$TMP/q.log" | head -5
 			continue
 		fi
-		ok "qperf -cm1 $t: $(grep -E '^ +(latency|bw|msg_rate) ' "$TMP/q.log" | head -1 | tr -s ' ')"
+		ok "$what: $(grep -E '^ +(latency|bw|msg_rate) ' "$TMP/q.log" | head -1 | tr -s ' ')"
 		cs1=$(ns_counters "$NSA" $IFA)
 		cc1=$(ns_counters "$NSB" $IFB)
 		a2b=0 b2a=0 dga=1 dgb=1
 		case $t in
-		rc_lat | rc_rdma_write_lat)
+		rc_lat | rc_rdma_write_lat | ud_lat)
 			a2b=$(($(qval "$TMP/q.log" rem_send_bytes) * 9 / 10))
 			b2a=$(($(qval "$TMP/q.log" loc_send_bytes) * 9 / 10))
 			dga=$(($(qval "$TMP/q.log" rem_send_msgs) * 9 / 10))
@@ -359,12 +377,28 @@ qperf_hosts() {
 		# What the server received crossed the wire; what the client
 		# posted may still have been queued when the time ran out.
 		rc_bw) b2a=$(($(qval "$TMP/q.log" recv_bytes) * 9 / 10)) ;;
+		uc_bw)	# UC: no ACKs, nothing comes back
+			b2a=$(($(qval "$TMP/q.log" recv_bytes) * 9 / 10)) dga=0 ;;
 		rc_rdma_read_bw) a2b=$(($(qval "$TMP/q.log" recv_bytes) * 9 / 10)) ;;
 		esac
-		traffic "qperf $t" "$cs0" "$cs1" "$cc0" "$cc1" $a2b $b2a $dga $dgb
+		traffic "$what" "$cs0" "$cs1" "$cc0" "$cc1" $a2b $b2a $dga $dgb
 	done
-	echo "skipped: qperf ud_lat, uc_bw: qperf 0.4.11 sets no GRH without -cm1 and -cm1 is RC only, so neither can run on RoCE"
+	[ "$LINK" = ib ] ||
+		echo "note: qperf ud_lat, uc_bw: qperf 0.4.11 sets no GRH without -cm1, and -cm1" \
+			"is RC only, so neither can run on RoCE; they run in the IB section"
 	job_kill $srv
+}
+
+# lid_of NS WANT: the port's LID in NS, in IB mode with SOFTVERBS_LID=addr,
+# must be WANT (its veth address's host part).
+lid_of() {
+	local lid
+	lid=$(run_in "$1" A 30 ibv_devinfo 2>/dev/null | sed -nE 's/.*port_lid:[[:space:]]+([0-9]+).*/\1/p' | head -1)
+	if [ "${lid:-}" = "$2" ]; then
+		ok "$1: port_lid $lid, its address's host part"
+	else
+		bad "$1: port_lid ${lid:-none}, not $2"
+	fi
 }
 
 # loss_pass NAME...: the named runs again, with SOFTVERBS_FAULT on both
@@ -591,6 +625,19 @@ if [ "$SV_UDP_ROOT" = 1 ] && [ $HAVE_NS = 1 ]; then
 
 	section "qperf between the hosts"
 	qperf_hosts
+
+	# IB mode: each host's LID is its veth address's host part, and every
+	# run names its peer by LID alone (no GRH), as qperf's UD and UC
+	# tests do.
+	section "IB mode between the hosts: LIDs from the addresses (SOFTVERBS_LID=addr)"
+	LINK=ib EXTRA_ENV=(SOFTVERBS_LID=addr) P_TAG=" [IB]"
+	lid_of "$NSA" 1
+	lid_of "$NSB" 2
+	for t in rc uc ud srq; do pingpong $t "" -c; done
+	lat ib_send_lat
+	bw ib_write_bw "$LOSS_N"
+	qperf_hosts
+	LINK=roce EXTRA_ENV=() P_TAG=""
 
 	section "faults ($FAULT) between the hosts"
 	loss_pass rc srq xsrq ib_write_bw ib_read_bw ib_send_bw

@@ -674,6 +674,7 @@ static void test_ud_grh_and_qkey(void **state)
 	assert_int_equal(wc.byte_len, 40 + 9);
 	assert_int_equal(wc.src_qp, a.qp->qp_num);
 	assert_int_equal(!!(wc.wc_flags & IBV_WC_GRH), roce);
+	assert_int_equal(wc.slid, roce ? 0 : a.port.lid);	/* the sender's port */
 	assert_string_equal(b.buf + 40, "datagram");
 	/* A wrong Q_Key: silently dropped; the sender still succeeds. */
 	wr.wr.ud.remote_qkey = 0x9999;

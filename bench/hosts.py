@@ -16,7 +16,12 @@ repetitions interleaved:
   - UCX over the kernel's TCP: uct am_lat on the tcp transport (both veth
     ends are named svb0, since a uct test opens the device the client names
     on both sides) and ucp tag_lat with UCX_TLS=tcp;
-  - qperf's tcp_lat, udp_lat and tcp_bw (its 64 KiB writes, and 1 MiB ones).
+  - qperf's tcp_lat, udp_lat and tcp_bw (its 64 KiB writes, and 1 MiB ones);
+  - the kernel's floor for ib_send_lat's exchange (sv_probe udp_floor: each
+    way one UDP GSO datagram of an 8-byte SEND and the previous one's ACK,
+    with softverbs' socket options and no verbs work between the calls),
+    set beside the latency targets' peers: how near any RoCEv2 stack over
+    the kernel's UDP sockets can come to each goal on this machine.
 
 Every pair is bracketed by bench/run.py's cache-line probe, which labels the
 core placement ("near"/"far"); ratios are only formed within one regime.
@@ -53,6 +58,14 @@ TARGETS = [
     ('sv ib_write_bw 1048576', 'qperf tcp_bw', 'bw', 1.0),
     ('sv ib_write_bw 1048576', 'qperf tcp_bw 1M', 'bw', 1.0),
     ('sv ib_write_bw 1048576', RXE_PUBLISHED_GBPS, 'bw', 5.0),
+]
+
+
+# What the kernel's path alone reaches, beside each latency target.
+FLOORS = [
+    ('udp floor 8B', 'ucx uct am_lat tcp 8'),
+    ('udp floor 8B', 'qperf udp_lat'),
+    ('sv ib_send_lat 8B', 'udp floor 8B'),
 ]
 
 
@@ -132,6 +145,7 @@ def cases(quick):
     c.append(('ucx uct am_lat tcp 8', 'ucx', ['-t', 'am_lat', '-x', 'tcp', '-d', IFNAME, '-s', '8',
                                              '-n', n_ucx], 'us'))
     c.append(('ucx ucp tag_lat tcp 8', 'ucx-tcp', ['-t', 'tag_lat', '-s', '8', '-n', n_ucx], 'us'))
+    c.append(('udp floor 8B', 'floor', [n_ucx], 'us'))
     for t in ('tcp_lat', 'udp_lat', 'tcp_bw'):
         c.append((f'qperf {t}', 'qperf', [t], 'us' if t.endswith('lat') else 'GB/s'))
     # qperf's tcp_bw writes 64 KiB at a time; the same 1 MiB as ib_write_bw too.
@@ -156,6 +170,13 @@ def run_case(h, case, env_sv, gids, port, quick):
             v = perftest_rate(out)
         else:
             v = run.perftest_value(out, unit == 'us')
+    elif kind == 'floor':
+        probe = os.path.join(run.BUILD, 'bin', 'sv_probe')
+        out, srv_out, rcs, wire = run_pair(
+            h, [probe, 'udp_floor', 'server', ADDR_B, ADDR_A, str(port), args[0]],
+            [probe, 'udp_floor', 'client', ADDR_A, ADDR_B, str(port), args[0]], env)
+        m = re.search(r'udp_floor_oneway_us=([\d.]+)', out)
+        v = float(m.group(1)) if m and rcs == (0, 0) else None
     elif kind.startswith('ucx'):
         if '-' in kind:
             env['UCX_TLS'] = kind.split('-', 1)[1]
@@ -254,6 +275,14 @@ def main():
             lines.append(f'| {svc} vs {pname} | {reg} | {statistics.median(a):.3g} | '
                          f'{statistics.median(b):.3g} | {ratio:.2f}x | '
                          f'{"<=" if kind == "lat" else ">="} {goal}x | {"yes" if met else "no"} |')
+    lines += ['', '| the kernel\'s floor | regime | case | peer | ratio |', '|---|---|---|---|---|']
+    for a_case, b_case in FLOORS:
+        for reg in regimes:
+            a, b = by.get((a_case, reg)), by.get((b_case, reg))
+            if a and b:
+                ma, mb = statistics.median(a), statistics.median(b)
+                lines.append(f'| {a_case} vs {b_case} | {reg} | {ma:.3g} | {mb:.3g} | '
+                             f'{ma / mb:.2f}x |')
     lines += ['', f'idle softverbs process with an RC QP over UDP: {idle}% of a core '
               f'({idle_out.strip()})']
     with open(os.path.join(out_dir, 'results.json'), 'w') as f:

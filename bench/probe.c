@@ -15,6 +15,17 @@
  *                           IPv4-mapped GID (over UDP with
  *                           SOFTVERBS_TRANSPORT=udp), after one SEND
  *                           crossed, while the application sleeps
+ *   sv_probe udp_floor server|client PEER SELF PORT N
+ *                           the kernel's floor for a RoCEv2 ping-pong
+ *                           across hosts: what ib_send_lat's exchange
+ *                           costs with no verbs work between the system
+ *                           calls.  Each way, one UDP GSO datagram of two
+ *                           segments (an 8-byte SEND, 24 bytes, and the
+ *                           previous one's ACK, 20), sent and received on
+ *                           dual-stack sockets with the ancillary data
+ *                           softverbs sends and asks for, read by a busy
+ *                           recvmmsg; the client prints the median
+ *                           one-way microseconds of N round trips
  *   sv_probe rss CMD ...    runs CMD and prints its peak RSS on stderr;
  *                           a small launcher, because a process's maxrss
  *                           keeps the high-water mark of whatever forked it
@@ -27,6 +38,7 @@
 #include <infiniband/verbs.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +51,17 @@
 #include <time.h>
 #include <unistd.h>
 #include <dirent.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/udp.h>
+#include <sys/socket.h>
+
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+#ifndef UDP_GRO
+#define UDP_GRO 104
+#endif
 
 static double now_ns(void)
 {
@@ -283,6 +306,127 @@ static int idle(long seconds)
 	return 0;
 }
 
+static int dcmp(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static void mapped(const char *v4, struct in6_addr *a)
+{
+	char m[64];
+
+	snprintf(m, sizeof(m), "::ffff:%s", v4);
+	inet_pton(AF_INET6, m, a);
+}
+
+/* One GSO datagram of the two segments to `to`, from `src`, with the
+ * source, TOS and TTL as ancillary data (softverbs' udp.c, fault.c). */
+static void floor_send(int fd, const struct sockaddr_in6 *to, const struct in6_addr *src)
+{
+	static char pkt[24 + 20];
+	struct iovec v = { pkt, sizeof(pkt) };
+	union { struct cmsghdr a; char b[256]; } c;
+	struct msghdr m = { .msg_name = (void *)to, .msg_namelen = sizeof(*to), .msg_iov = &v,
+			    .msg_iovlen = 1, .msg_control = c.b, .msg_controllen = sizeof(c.b) };
+	struct in6_pktinfo pi = { .ipi6_addr = *src };
+	int tos = 0, ttl = 64;
+	uint16_t seg = 24;
+	struct cmsghdr *h = CMSG_FIRSTHDR(&m);
+
+	memset(c.b, 0, sizeof(c.b));
+	h->cmsg_level = IPPROTO_IPV6, h->cmsg_type = IPV6_PKTINFO, h->cmsg_len = CMSG_LEN(sizeof(pi));
+	memcpy(CMSG_DATA(h), &pi, sizeof(pi));
+	h = CMSG_NXTHDR(&m, h);
+	h->cmsg_level = IPPROTO_IP, h->cmsg_type = IP_TOS, h->cmsg_len = CMSG_LEN(sizeof(tos));
+	memcpy(CMSG_DATA(h), &tos, sizeof(tos));
+	h = CMSG_NXTHDR(&m, h);
+	h->cmsg_level = IPPROTO_IP, h->cmsg_type = IP_TTL, h->cmsg_len = CMSG_LEN(sizeof(ttl));
+	memcpy(CMSG_DATA(h), &ttl, sizeof(ttl));
+	h = CMSG_NXTHDR(&m, h);
+	h->cmsg_level = SOL_UDP, h->cmsg_type = UDP_SEGMENT, h->cmsg_len = CMSG_LEN(sizeof(seg));
+	memcpy(CMSG_DATA(h), &seg, sizeof(seg));
+	m.msg_controllen = (size_t)((char *)h - c.b) + CMSG_SPACE(sizeof(seg));
+	struct mmsghdr mm = { .msg_hdr = m };
+	if (sendmmsg(fd, &mm, 1, 0) != 1)
+		perror("sv_probe udp_floor: sendmmsg");
+}
+
+/* Busy reads until a datagram comes; false if none by `until` (ns). */
+static bool floor_recv(int fd, double until)
+{
+	static char buf[16][2048], ctl[16][256];
+	static struct sockaddr_in6 from[16];
+	struct iovec v[16];
+	struct mmsghdr m[16];
+
+	for (;;) {
+		for (int i = 0; i < 16; i++) {
+			v[i] = (struct iovec){ buf[i], sizeof(buf[i]) };
+			m[i].msg_hdr = (struct msghdr){ .msg_name = &from[i], .msg_namelen = sizeof(from[i]),
+							.msg_iov = &v[i], .msg_iovlen = 1,
+							.msg_control = ctl[i], .msg_controllen = sizeof(ctl[i]) };
+		}
+		if (recvmmsg(fd, m, 16, MSG_DONTWAIT, NULL) > 0)
+			return true;
+		if (until && now_ns() > until)
+			return false;
+	}
+}
+
+static int udp_floor(const char *role, const char *peer, const char *self, int port, long n)
+{
+	bool server = !strcmp(role, "server");
+	int one = 1, zero = 0;
+	int rx = socket(AF_INET6, SOCK_DGRAM, 0), tx = socket(AF_INET6, SOCK_DGRAM, 0);
+	struct sockaddr_in6 any = { .sin6_family = AF_INET6, .sin6_port = htons((uint16_t)port) };
+	struct sockaddr_in6 to = any, eph = { .sin6_family = AF_INET6 };
+	struct in6_addr src;
+	static const int rxopts[][2] = {
+		{ IPPROTO_IP, IP_PKTINFO }, { IPPROTO_IP, IP_RECVTOS }, { IPPROTO_IP, IP_RECVTTL },
+		{ IPPROTO_IPV6, IPV6_RECVPKTINFO }, { IPPROTO_IPV6, IPV6_RECVTCLASS },
+		{ IPPROTO_IPV6, IPV6_RECVHOPLIMIT }, { SOL_UDP, UDP_GRO },
+	};
+
+	mapped(peer, &to.sin6_addr);
+	mapped(self, &src);
+	setsockopt(rx, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+	setsockopt(tx, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+	for (size_t i = 0; i < sizeof(rxopts) / sizeof(rxopts[0]); i++)
+		setsockopt(rx, rxopts[i][0], rxopts[i][1], &one, sizeof(one));
+	if (bind(rx, (struct sockaddr *)&any, sizeof(any)) ||
+	    bind(tx, (struct sockaddr *)&eph, sizeof(eph))) {
+		perror("sv_probe udp_floor: bind");
+		return 1;
+	}
+	pin(server ? 1 : 0);
+	if (server) {
+		for (;;) {
+			if (!floor_recv(rx, now_ns() + 2e9))
+				return 0;	/* the client is done */
+			floor_send(tx, &to, &src);
+		}
+	}
+	double *lat = calloc((size_t)n, sizeof(*lat));
+	/* A first exchange, sent again until the server is up. */
+	for (int k = 0; k < 50; k++) {
+		floor_send(tx, &to, &src);
+		if (floor_recv(rx, now_ns() + 1e8))
+			break;
+	}
+	for (long i = 0; i < n; i++) {
+		double t0 = now_ns();
+		floor_send(tx, &to, &src);
+		floor_recv(rx, 0);
+		lat[i] = (now_ns() - t0) / 2e3;
+	}
+	qsort(lat, (size_t)n, sizeof(*lat), dcmp);
+	printf("udp_floor_oneway_us=%.2f\n", lat[n / 2]);
+	free(lat);
+	return 0;
+}
+
 static int rss(char **argv)
 {
 	struct rusage ru;
@@ -313,7 +457,9 @@ int main(int argc, char **argv)
 		return qpmem(atol(argv[2]));
 	if (argc >= 3 && !strcmp(argv[1], "idle"))
 		return idle(atol(argv[2]));
+	if (argc >= 7 && !strcmp(argv[1], "udp_floor"))
+		return udp_floor(argv[2], argv[3], argv[4], atoi(argv[5]), atol(argv[6]));
 	fprintf(stderr, "usage: sv_probe pingpong N | cma SIZE N | memcpy SIZE N | qpmem N | idle SECONDS | "
-		"rss CMD...\n");
+		"udp_floor server|client PEER SELF PORT N | rss CMD...\n");
 	return 2;
 }

@@ -295,7 +295,7 @@ static void ud_rx(struct pkt_qp *q, const struct ib_bth *bth, const struct sv_li
 		grh_of(p, grh);
 	}
 	q->off = ib ? 40 : 0;
-	enum sv_result r = place_recv(q, &t, p->buf + hl, plen, 0, grh, ib ? 0 : 40);
+	enum sv_result r = place_recv(q, &t, p->buf + hl, plen, 0, ib ? NULL : grh, ib ? 0 : 40);
 	if (r != SV_R_OK) {
 		sv_resp_fail(&t, &q->rwqe.w, r == SV_R_LOC_LEN ? IBV_WC_LOC_LEN_ERR :
 			     IBV_WC_LOC_PROT_ERR, -1);

@@ -125,6 +125,7 @@ static void test_rc_to_lid(void **state)
 	struct ibv_qp *qp = fix_qp(f, IBV_QPT_RC);
 	static char msg[16] = "lid 3, please";
 	struct ibv_mr *mr = ibv_reg_mr(f->pd, msg, sizeof(msg), 0);
+	assert_non_null(mr);
 	struct ibv_sge s = { (uintptr_t)msg, sizeof(msg), mr->lkey };
 	struct ibv_send_wr w = { .wr_id = 1, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_SEND },
 			   *bad;
@@ -162,6 +163,7 @@ static void test_ud_from_lid(void **state)
 	struct ibv_qp *qp = fix_qp(f, IBV_QPT_UD);
 	static uint8_t buf[40 + 64];
 	struct ibv_mr *mr = ibv_reg_mr(f->pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	assert_non_null(mr);
 	struct ibv_sge s = { (uintptr_t)buf, sizeof(buf), mr->lkey };
 	struct ibv_recv_wr r = { .wr_id = 2, .sg_list = &s, .num_sge = 1 }, *bad;
 	struct sockaddr_in me = { .sin_family = AF_INET, .sin_port = htons(4791) };

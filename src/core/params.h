@@ -68,7 +68,7 @@
 #define SV_QKEY_MASK		0xffffffffu
 #define SV_PSN_MASK		0xffffffu
 #define SV_QPN_MASK		0xffffffu
-#define SV_MCAST_QPN		0xffffffu	/* IBA 9.6.1.? : the multicast destination QP */
+#define SV_MCAST_QPN		0xffffffu	/* IBA 9.6.1: the multicast destination QP */
 
 /* Completion timestamps are CLOCK_MONOTONIC nanoseconds: a 1 GHz clock. */
 #define SV_HCA_CORE_CLOCK_KHZ	1000000ull

@@ -16,7 +16,7 @@
 #define SV_RESULTS(X)							\
 	/* result         requester status             IBA rule */	\
 	X(OK,             IBV_WC_SUCCESS)        /* ACK */		\
-	X(DROPPED,        IBV_WC_SUCCESS)        /* UC/UD: lost silently, C9-?? */ \
+	X(DROPPED,        IBV_WC_SUCCESS)        /* UC/UD: lost silently, 9.8 */ \
 	X(RNR,            IBV_WC_SUCCESS)        /* RNR NAK: retried, 9.7.5.2.8 */ \
 	X(RNR_EXHAUSTED,  IBV_WC_RNR_RETRY_EXC_ERR) /* C9-140: rnr_retry spent */ \
 	X(NO_RESPONSE,    IBV_WC_RETRY_EXC_ERR)  /* 9.7.6.1.3: retry_cnt spent */ \

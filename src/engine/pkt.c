@@ -847,7 +847,7 @@ static bool same_addr(const struct sv_route *a, const struct in6_addr *b)
 	return !memcmp(&a->dst, b, sizeof(*b));
 }
 
-/* C9-?? (IBA 9.6.1.?): a packet's opcode must belong to the QP's
+/* IBA 9.6.1: a packet's opcode must belong to the QP's
  * transport: an RC packet for a UC QP and the like are dropped. */
 static bool transport_ok(enum ibv_qp_type t, unsigned tr)
 {
@@ -896,7 +896,7 @@ void sv_pkt_rx(struct sv_context *c, const struct sv_link_pkt *p)
 		return;
 	}
 	/* A connected QP takes packets from its peer's address only
-	 * (IBA 9.6.1.5.?: the source must match the QP's destination). */
+	 * (IBA 9.6.1.5: the source must match the QP's destination). */
 	if (q->qp->ex.qp_base.qp_type != IBV_QPT_UD && !same_addr(&q->peer, &p->route.src)) {
 		atomic_fetch_add_explicit(&pc->st->drop_bad_src, 1, memory_order_relaxed);
 		return;

@@ -343,7 +343,7 @@ enum sv_result sv_wqe_local_iov(struct sv_qp *qp, struct sv_swqe *w, bool write,
 		if (mr && (atomic_load_explicit(&mr->key, memory_order_acquire) != s->lkey ||
 			   mr->kind != SHM_KIND_MR))
 			mr = NULL;
-		/* C10-?? (10.6.3.1): the lkey must name an MR of the QP's PD
+		/* IBA 10.6.3.1: the lkey must name an MR of the QP's PD
 		 * covering the SGE, writable when the HCA writes into it. */
 		if (!mr || mr->pd != qp->sh->pd || s->addr < mr->iova || s->length > mr->length ||
 		    s->addr - mr->iova > mr->length - s->length ||
@@ -474,7 +474,7 @@ enum sv_result sv_deliver_wqe(struct sv_qp *qp, const struct sv_swqe *w, struct 
 	}
 	uint64_t need = data ? len + (ud ? 40 : 0) : 0;
 	if (need > cap) {
-		/* C9-?? (9.7.4.1.7): a message longer than the receive
+		/* IBA 9.7.4.1.7: a message longer than the receive
 		 * buffer is a local length error at the responder and an
 		 * Invalid Request NAK for the requester. */
 		sv_resp_recv_put(t, rw, held);
@@ -554,7 +554,7 @@ enum sv_result sv_deliver_recv(struct sv_qp *qp, struct sv_swqe *w, struct sv_ta
 	return sv_deliver_wqe(qp, w, t, &rw.w, liov, nl, len, data, &e);
 }
 
-/* C9-?? (9.4.5): atomics act on naturally aligned 8-byte words. */
+/* IBA 9.4.5: atomics act on naturally aligned 8-byte words. */
 static bool misaligned(const struct sv_swqe *w)
 {
 	if (!(w->remote_addr & 7))
@@ -633,7 +633,7 @@ static bool qkey_ok(struct sv_qp *qp, const struct sv_swqe *w, const struct sv_t
 	return qkey == atomic_load_explicit(&t->qp->qkey, memory_order_relaxed);
 }
 
-/* IBA 10.5.2.?: a UD send to the multicast QPN reaches every QP attached
+/* IBA 10.5.2: a UD send to the multicast QPN reaches every QP attached
  * to the group but the sender (by GID when the address vector has a
  * GRH, else by LID).  As for any UD message, a member without a receive
  * WQE or with another Q_Key simply does not get it, and the send itself
@@ -989,7 +989,7 @@ static void run_unlock(struct sv_qp *qp, bool post)
 	 * error of the QP too (as well as the CQ's CQ_ERR). */
 	if (run == SV_RUN_OVERRUN)
 		sv_qp_to_err(qp, IBV_EVENT_QP_FATAL);
-	/* C10-?? (10.8.3.3): an error completion takes the QP to ERR, and
+	/* IBA 10.8.3.3: an error completion takes the QP to ERR, and
 	 * every WQE behind it is flushed. */
 	else if (run == SV_RUN_FAILED)
 		sv_qp_to_err(qp, -1);
@@ -1016,7 +1016,7 @@ void sv_sq_flush(struct sv_qp *qp)
 	pthread_mutex_lock(&qp->sq_lock);
 	while (qp->sq_count) {
 		struct sv_swqe *w = sv_sq_slot(qp, qp->sq_head);
-		/* C10-?? (10.3.1.7): flushed WQEs complete even when unsignaled. */
+		/* IBA 10.3.1.7: flushed WQEs complete even when unsignaled. */
 		struct shm_cqe e = { .wr_id = w->wr_id, .status = IBV_WC_WR_FLUSH_ERR,
 				     .opcode = wr_info[w->opcode].wc,
 				     .qp_num = qp->ex.qp_base.qp_num };

@@ -121,9 +121,11 @@ def main():
     reserve_huge_pages()
     problems = []
     min_pass = dict((k, int(v)) for k, v in (x.split('=') for x in args.min_pass.split(',')))
+    passed = {}
     for link in args.links.split(','):
         expected = load_expected(link)
         results = run(dst, modules, link, build)
+        passed[link] = set(r['id'] for r in results if r['outcome'] == 'pass')
         counts = collections.Counter(r['outcome'] for r in results)
         skips = collections.Counter(r['detail'] for r in results if r['outcome'] == 'skip')
         print('== pyverbs generic suite, link layer %s: %d tests' % (link, len(results)))
@@ -147,6 +149,15 @@ def main():
         if counts['pass'] < min_pass.get(link, 0):
             problems.append('%s: %d passed, fewer than --min-pass %d' % (
                 link, counts['pass'], min_pass[link]))
+    # The UDP transport is RoCE over packets: it must pass the very tests
+    # RoCE over shared memory passes, not merely as many.
+    if 'roce' in passed and 'udp' in passed:
+        for tid in sorted(passed['roce'] - passed['udp']):
+            problems.append('udp: %s passes over shm (roce) but not over udp' % tid)
+        for tid in sorted(passed['udp'] - passed['roce']):
+            problems.append('roce: %s passes over udp but not over shm (roce)' % tid)
+        if passed['roce'] == passed['udp']:
+            print('== udp and roce pass the same %d tests' % len(passed['udp']))
     for p in problems:
         print('PROBLEM', p)
     sys.exit(1 if problems else 0)

@@ -477,15 +477,17 @@ capture_check() {
 			# Frames with an error, and the protocols tshark saw in them.
 			# The payload is the application's bytes, which tshark also
 			# guesses at (an Ethertype when bytes 2-3 are zero, iSER,
-			# NVMe...): an error in a protocol it found inside the
-			# InfiniBand payload is about random data, not the packet.
+			# RPC over RDMA...): an error in a protocol it found inside
+			# the InfiniBand payload is about random data, not the
+			# packet.  A payload it took for nothing ("infiniband:data")
+			# leaves any error to the headers: that one counts.
 			local flagged real guessed
 			if ! flagged=$(timeout -k 5 "$t" tshark -r "$f" -Y '_ws.malformed || _ws.expert.severity == error' \
 				-T fields -e frame.number -e frame.protocols 2>"$TMP/tshark.err"); then
 				bad "$name: tshark failed"; sed 's/^/    /' "$TMP/tshark.err" | head -5
 			else
-				real=$(awk 'NF && $2 !~ /infiniband:/' <<<"$flagged")
-				guessed=$(awk 'NF && $2 ~ /infiniband:/' <<<"$flagged" | wc -l)
+				real=$(awk 'NF && ($2 !~ /infiniband:/ || $2 ~ /infiniband:data$/)' <<<"$flagged")
+				guessed=$(awk 'NF && $2 ~ /infiniband:/ && $2 !~ /infiniband:data$/' <<<"$flagged" | wc -l)
 				[ "$guessed" -gt 0 ] && echo "note: $name: $guessed frame(s) whose payload tshark" \
 					"took for another protocol and found malformed (payload bytes, ignored)"
 				if [ -n "$real" ]; then

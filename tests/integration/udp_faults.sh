@@ -15,11 +15,11 @@
 #   5. the server killed mid-stream: IBV_WC_RETRY_EXC_ERR within the
 #      retry budget, then IBV_WC_WR_FLUSH_ERR; the retries are probes
 #      that ask for their answer (AckReq, in the client's capture);
-#   6. hostile datagrams at a live QP (DESIGN 7): bad ICRC, unknown QPN,
-#      PSNs outside the window, a spoofed source, truncated headers, bad
-#      opcodes and sequences, wrong rkey, out of bounds, no access; the
-#      server survives, its memory outside what it allowed is untouched,
-#      and a real client still gets through;
+#   6. hostile datagrams, from a raw socket, at a live QP (DESIGN 7): bad
+#      ICRC, unknown QPN, PSNs outside the window, a spoofed source,
+#      truncated headers, bad opcodes and sequences, wrong rkey, out of
+#      bounds, no access; the server survives, its memory outside what it
+#      allowed is untouched, and a real client still gets through;
 #   7. a seeded random mix of every RC operation (WRITE, READ, SEND, the
 #      IMM variants, both atomics; lengths 0 to 64 KiB, scattered SGEs,
 #      inline, unsignaled, fenced) on two QPs, checked against a model of

@@ -32,7 +32,7 @@
  *   stream   WRITEs until the server dies (the script kills it once
  *            --ready FILE exists): IBV_WC_RETRY_EXC_ERR within the retry
  *            budget, then IBV_WC_WR_FLUSH_ERR for everything else.
- *   hostile  crafted RoCEv2 datagrams from plain UDP sockets at the
+ *   hostile  crafted RoCEv2 datagrams from a raw socket at the
  *            server's live QPs (DESIGN 7: the target enforces
  *            everything), then a legitimate WRITE and SEND.
  *
@@ -1250,8 +1250,8 @@ static int run_stream(const struct opts *o)
 /*
  * The RoCEv2 ICRC (IBA Annex A17.8) of datagram p[0..len), whose last 4
  * bytes are for it: zlib's crc32 over 8 bytes of ones, the IPv4 header
- * with TOS, TTL and checksum ones (identification 0 and DF, as the kernel
- * sends a DF datagram of an unconnected socket), the UDP header with its
+ * with TOS, TTL and checksum ones (identification 0 and DF, as
+ * send_pkt() sends it), the UDP header with its
  * checksum ones, and the datagram with BTH byte 4 ones; stored
  * little-endian.  Written from the spec and icrc_check.py, not from
  * transport/udp/icrc.c: a second opinion.
@@ -1321,7 +1321,7 @@ struct pkt {
 
 struct hostile {
 	struct cli c;
-	int sock, spoof_sock;
+	int sock;		/* raw (IPPROTO_RAW): IPv4 and UDP headers are ours */
 	struct in_addr me, other, srv;
 	uint16_t port, spoof_port;
 	struct pkt p[MAX_PKTS];
@@ -1372,31 +1372,35 @@ static struct pkt *raw_pkt(struct hostile *x, const char *what, const uint8_t *b
 	return k;
 }
 
+/*
+ * Each datagram leaves through a raw socket with headers of our making,
+ * as an attacker's would: IPv4 with DF and identification 0 (the kernel
+ * fills in only the total length and the checksum; raw(7)), UDP to 4791
+ * with checksum 0, which RoCEv2 allows (A17.3.1) and the receiving kernel
+ * does not check.  The source address is whatever the case says, the
+ * second one never bound by any socket of ours.
+ */
 static void send_pkt(struct hostile *x, const struct pkt *k)
 {
-	struct sockaddr_in to = { .sin_family = AF_INET, .sin_port = htons(ROCE_PORT),
-				  .sin_addr = x->srv };
+	uint8_t d[20 + 8 + sizeof(k->buf)];
+	struct sockaddr_in to = { .sin_family = AF_INET, .sin_addr = x->srv };
+	struct in_addr src = k->spoof ? x->other : x->me;
 
-	if (sendto(k->spoof ? x->spoof_sock : x->sock, k->buf, k->len, 0, (struct sockaddr *)&to,
-		   sizeof(to)) != (ssize_t)k->len)
+	memset(d, 0, 28);
+	d[0] = 0x45;
+	put16(d + 6, 0x4000);
+	d[8] = 64;
+	d[9] = IPPROTO_UDP;
+	memcpy(d + 12, &src, 4);
+	memcpy(d + 16, &x->srv, 4);
+	put16(d + 20, k->spoof ? x->spoof_port : x->port);
+	put16(d + 22, ROCE_PORT);
+	put16(d + 24, (uint16_t)(8 + k->len));
+	memcpy(d + 28, k->buf, k->len);
+	if (sendto(x->sock, d, 28 + k->len, 0, (struct sockaddr *)&to, sizeof(to)) !=
+	    (ssize_t)(28 + k->len))
 		die("sendto (%s): %s", k->what, strerror(errno));
 	usleep(1000);
-}
-
-static int udp_sock(struct in_addr a, uint16_t *port)
-{
-	int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0), df = IP_PMTUDISC_DO;
-	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_addr = a };
-	socklen_t sl = sizeof(sin);
-
-	/* DF on an unconnected socket: IPv4 identification 0, as seal()
-	 * assumes. */
-	if (s < 0 || setsockopt(s, IPPROTO_IP, IP_MTU_DISCOVER, &df, sizeof(df)) ||
-	    bind(s, (struct sockaddr *)&sin, sizeof(sin)) ||
-	    getsockname(s, (struct sockaddr *)&sin, &sl))
-		die("UDP socket on %s: %s", inet_ntoa(a), strerror(errno));
-	*port = ntohs(sin.sin_port);
-	return s;
 }
 
 /* ---- reading captures (SOFTVERBS_PCAP, classic pcap, Ethernet) ---- */
@@ -1550,8 +1554,11 @@ static int run_hostile(const struct opts *o)
 	if (inet_pton(AF_INET, o->addr, &x.me) != 1 || inet_pton(AF_INET, o->server, &x.srv) != 1 ||
 	    !o->spoof || inet_pton(AF_INET, o->spoof, &x.other) != 1)
 		die("hostile needs --addr, --server and --spoof (IPv4)");
-	x.sock = udp_sock(x.me, &x.port);
-	x.spoof_sock = udp_sock(x.other, &x.spoof_port);
+	x.sock = socket(AF_INET, SOCK_RAW | SOCK_CLOEXEC, IPPROTO_RAW);
+	if (x.sock < 0)
+		die("raw socket: %s (the hostile case needs CAP_NET_RAW)", strerror(errno));
+	x.port = 0xc000 | (uint16_t)(getpid() & 0x3fff);
+	x.spoof_port = (uint16_t)(x.port ^ 1);
 
 	uint32_t qpn[NQP], psn[NQP], unknown = 0x5a5a5a;
 	for (int i = 0; i < NQP; i++) {
@@ -1825,7 +1832,6 @@ static int run_hostile(const struct opts *o)
 	ibv_dereg_mr(mr_s);
 	cli_close(c);
 	close(x.sock);
-	close(x.spoof_sock);
 	free(data);
 	return failures ? 1 : 0;
 }

@@ -48,9 +48,14 @@
  */
 struct __attribute__((aligned(64))) reg_ep {
 	_Atomic uint32_t state;		/* enum sv_reg_ep_state */
-	int32_t pid;
-	uint64_t start_time;
-	uint32_t dev_index;
+	/* The owner's identity: written under the lock before state (relaxed,
+	 * ordered by state's release store), read without it by
+	 * sv_reg_qpn_owner() while the entry may be freed and taken again;
+	 * atomic so that such a read is a stale answer, never a torn one
+	 * the compiler may assume unchanged. */
+	_Atomic int32_t pid;
+	_Atomic uint64_t start_time;
+	_Atomic uint32_t dev_index;
 	uint32_t nqps;
 	/* Bytes this endpoint moved, by copy path (relaxed: statistics). */
 	_Alignas(64) _Atomic uint64_t bytes[SV_COPY_PATHS];
@@ -498,9 +503,9 @@ int sv_reg_ep_attach(unsigned dev_index, uint32_t *out)
 
 		if (atomic_load_explicit(&ep->state, memory_order_relaxed) != SV_EP_FREE)
 			continue;
-		ep->pid = pid;
-		ep->start_time = st;
-		ep->dev_index = dev_index;
+		atomic_store_explicit(&ep->pid, pid, memory_order_relaxed);
+		atomic_store_explicit(&ep->start_time, st, memory_order_relaxed);
+		atomic_store_explicit(&ep->dev_index, dev_index, memory_order_relaxed);
 		ep->nqps = 0;
 		for (int k = 0; k < SV_COPY_PATHS; k++)
 			atomic_store_explicit(&ep->bytes[k], 0, memory_order_relaxed);
@@ -579,8 +584,12 @@ int sv_reg_qpn_owner(uint32_t qpn, struct sv_reg_ep_info *out)
 	struct reg_ep *ep = &eps()[o - 1];
 	if (atomic_load_explicit(&ep->state, memory_order_acquire) != SV_EP_LIVE)
 		return ENOENT;
-	*out = (struct sv_reg_ep_info){ .index = o - 1, .pid = ep->pid, .start_time = ep->start_time,
-					.dev_index = ep->dev_index };
+	*out = (struct sv_reg_ep_info){
+		.index = o - 1,
+		.pid = atomic_load_explicit(&ep->pid, memory_order_relaxed),
+		.start_time = atomic_load_explicit(&ep->start_time, memory_order_relaxed),
+		.dev_index = atomic_load_explicit(&ep->dev_index, memory_order_relaxed),
+	};
 	return 0;
 }
 

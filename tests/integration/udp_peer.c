@@ -1251,9 +1251,8 @@ static int run_stream(const struct opts *o)
  * The RoCEv2 ICRC (IBA Annex A17.8) of datagram p[0..len), whose last 4
  * bytes are for it: zlib's crc32 over 8 bytes of ones, the IPv4 header
  * with TOS, TTL and checksum ones (identification 0 and DF, as
- * send_pkt() sends it), the UDP header with its
- * checksum ones, and the datagram with BTH byte 4 ones; stored
- * little-endian.  Written from the spec and icrc_check.py, not from
+ * send_pkt() sends it), the UDP header with its checksum ones, and the
+ * datagram with BTH byte 4 ones; stored little-endian.  Written from the spec and icrc_check.py, not from
  * transport/udp/icrc.c: a second opinion.
  */
 static void seal(uint8_t *p, size_t len, struct in_addr src, struct in_addr dst, uint16_t sport)
@@ -1375,10 +1374,10 @@ static struct pkt *raw_pkt(struct hostile *x, const char *what, const uint8_t *b
 /*
  * Each datagram leaves through a raw socket with headers of our making,
  * as an attacker's would: IPv4 with DF and identification 0 (the kernel
- * fills in only the total length and the checksum; raw(7)), UDP to 4791
- * with checksum 0, which RoCEv2 allows (A17.3.1) and the receiving kernel
- * does not check.  The source address is whatever the case says, the
- * second one never bound by any socket of ours.
+ * fills in the total length and the checksum, raw(7), and leaves a DF
+ * packet's identification 0), UDP to 4791 with checksum 0 (none, which
+ * an IPv4 receiver accepts and RoCEv2 permits, Annex A17).  The source
+ * address is whatever the case says, the second one bound by no socket.
  */
 static void send_pkt(struct hostile *x, const struct pkt *k)
 {

@@ -275,6 +275,24 @@ def main():
             lines.append(f'| {svc} vs {pname} | {reg} | {statistics.median(a):.3g} | '
                          f'{statistics.median(b):.3g} | {ratio:.2f}x | '
                          f'{"<=" if kind == "lat" else ">="} {goal}x | {"yes" if met else "no"} |')
+    # A repetition runs every case once, interleaved, within a few
+    # minutes; the machine's speed drifts more between repetitions (UCX's
+    # am_lat 7.4 and 9.4 us in two runs of one morning).  The ratio of a
+    # target's two cases within each repetition, and their median, beside
+    # the ratio of medians above; every regime pooled.
+    lines += ['', '| target, paired by repetition | ratios | median | goal | met |',
+              '|---|---|---|---|---|']
+    for svc, peer, kind, goal in TARGETS:
+        if isinstance(peer, float):
+            continue
+        val = {(r['case'], r['rep']): r['value'] for r in results if r['value'] is not None}
+        rs = [val[(svc, k)] / val[(peer, k)] for k in range(reps)
+              if (svc, k) in val and (peer, k) in val]
+        if rs:
+            m = statistics.median(rs)
+            met = m <= goal if kind == 'lat' else m >= goal
+            lines.append(f'| {svc} vs {peer} | {" ".join(f"{x:.2f}" for x in rs)} | {m:.2f}x | '
+                         f'{"<=" if kind == "lat" else ">="} {goal}x | {"yes" if met else "no"} |')
     lines += ['', '| the kernel\'s floor | regime | case | peer | ratio |', '|---|---|---|---|---|']
     for a_case, b_case in FLOORS:
         for reg in regimes:

@@ -282,10 +282,10 @@ def main():
     # the ratio of medians above; every regime pooled.
     lines += ['', '| target, paired by repetition | ratios | median | goal | met |',
               '|---|---|---|---|---|']
+    val = {(r['case'], r['rep']): r['value'] for r in results if r['value'] is not None}
     for svc, peer, kind, goal in TARGETS:
         if isinstance(peer, float):
             continue
-        val = {(r['case'], r['rep']): r['value'] for r in results if r['value'] is not None}
         rs = [val[(svc, k)] / val[(peer, k)] for k in range(reps)
               if (svc, k) in val and (peer, k) in val]
         if rs:

@@ -79,6 +79,13 @@ static void clamp_mtu(const char *ifname, int ip_hdr)
 		link_mtu = m;
 }
 
+/* Whether host part `host` of a subnet of netmask `mask` is a unicast LID
+ * (1..0xbfff) and not the subnet's broadcast address. */
+static bool lid_host(uint32_t host, uint32_t mask)
+{
+	return host && host <= SV_LID_MAX_UNICAST && host < ~mask;
+}
+
 /*
  * The subnet of SOFTVERBS_LID=addr: the first IPv4 address of an
  * interface other than loopback whose host part is a unicast LID
@@ -97,9 +104,7 @@ static void find_subnet(void)
 			continue;
 		uint32_t a = ntohl(((const struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr);
 		uint32_t m = ntohl(((const struct sockaddr_in *)i->ifa_netmask)->sin_addr.s_addr);
-		uint32_t host = a & ~m;
-		if ((a >> 24) == 127 || m >= 0xfffffffeu || !host || host == ~m ||
-		    host > SV_LID_MAX_UNICAST)
+		if ((a >> 24) == 127 || m >= 0xfffffffeu || !lid_host(a & ~m, m))
 			continue;
 		subnet.on = true;
 		subnet.addr = a;
@@ -238,7 +243,7 @@ uint16_t sv_port_lid(const struct sv_device *dev)
 
 bool sv_lid_addr(const struct sv_device *dev, uint16_t lid, uint32_t *dst, uint32_t *src)
 {
-	if (!sv_port_lid_routed(dev) || !lid || lid > SV_LID_MAX_UNICAST || lid >= ~subnet.mask)
+	if (!sv_port_lid_routed(dev) || !lid_host(lid, subnet.mask))
 		return false;
 	*dst = htonl((subnet.addr & subnet.mask) | lid);
 	*src = htonl(subnet.addr);
@@ -264,7 +269,7 @@ uint16_t sv_addr_lid(const struct sv_device *dev, uint32_t addr)
 	if (!sv_port_lid_routed(dev) || (h & subnet.mask) != (subnet.addr & subnet.mask))
 		return 0;
 	h &= ~subnet.mask;
-	return h && h <= SV_LID_MAX_UNICAST && h != ~subnet.mask ? (uint16_t)h : 0;
+	return lid_host(h, subnet.mask) ? (uint16_t)h : 0;
 }
 
 bool sv_port_needs_grh(const struct sv_device *dev)

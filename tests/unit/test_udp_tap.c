@@ -451,6 +451,50 @@ static void test_icrc_lengths(void **state)
 }
 
 /*
+ * sv_crc32 against zlib: lengths on both sides of where crc32.c's fold
+ * starts (256 bytes) and of its 64-byte steps, at every alignment within a
+ * cache line, from a zero and from running CRCs, and chained over a cut
+ * anywhere.  On a processor with 256-bit VPCLMULQDQ and no AVX-512 the
+ * long ones take the fold (sv_crc32_wide); elsewhere ISA-L alone.
+ */
+static void test_crc32_fold(void **state)
+{
+	static const size_t lens[] = { 0, 1, 15, 16, 63, 64, 127, 128, 255, 256, 257, 319, 320, 321,
+				       335, 336, 383, 384, 1024, 4095, 4096, 4097, 4136, 9000 };
+	static const uint32_t starts[] = { 0, 0xffffffffu, 0x12345678u };
+	static uint8_t buf[9000 + 64];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(buf); i++)
+		buf[i] = (uint8_t)(i * 167 + (i >> 8) * 13 + 1);
+	print_message("256-bit fold: %s\n", sv_crc32_wide() ? "yes" : "no (ISA-L only)");
+	for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
+		for (size_t off = 0; off < 64; off++) {
+			for (size_t si = 0; si < sizeof(starts) / sizeof(starts[0]); si++) {
+				const uint8_t *p = buf + off;
+				uint32_t want = (uint32_t)crc32(starts[si], p, (uInt)lens[li]);
+				uint32_t got = sv_crc32(starts[si], p, lens[li]);
+				if (got != want)
+					fail_msg("length %zu at offset %zu from 0x%08x: 0x%08x, zlib 0x%08x",
+						 lens[li], off, starts[si], got, want);
+			}
+		}
+	}
+	uint32_t whole = (uint32_t)crc32(0, buf, 9000);
+	for (size_t cut = 0; cut <= 9000; cut += 97)
+		assert_int_equal(sv_crc32(sv_crc32(0, buf, cut), buf + cut, 9000 - cut), whole);
+	/* A flipped bit anywhere in a packet's worth changes it, as zlib's. */
+	uint32_t clean = sv_crc32(0, buf, 4096);
+	for (size_t bit = 0; bit < 4096 * 8; bit += 509) {
+		buf[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+		uint32_t got = sv_crc32(0, buf, 4096);
+		assert_int_not_equal(got, clean);
+		assert_int_equal(got, (uint32_t)crc32(0, buf, 4096));
+		buf[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+	}
+}
+
+/*
  * The vector registers' upper halves are clean after an ICRC, as the
  * processor reports them (XGETBV with ECX 1, XINUSE: bit 2 the YMM upper
  * halves, bit 6 the ZMM ones).  ISA-L's AVX-512 CRC leaves them dirty,
@@ -1445,6 +1489,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_icrc_iovecs),
 		cmocka_unit_test(test_icrc_lengths),
 		cmocka_unit_test(test_icrc_upper_clean),
+		cmocka_unit_test(test_crc32_fold),
 		cmocka_unit_test(test_wire_plain),
 		cmocka_unit_test(test_wire_dup),
 		cmocka_unit_test(test_wire_reorder),

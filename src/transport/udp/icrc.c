@@ -16,7 +16,7 @@
  *   - the rest: extension headers, payload, pad.
  * rxe starts the kernel's raw crc32_le from 0xdebb20e3, the raw state after
  * the 8 bytes of ones from ~0, and stores ~crc: that is the gzip CRC-32
- * (zlib's crc32(), ISA-L's crc32_gzip_refl(), which computes it here) of
+ * (zlib's crc32(), ISA-L's crc32_gzip_refl(); sv_crc32() here) of
  * the whole masked buffer.  It stores it through a __be32 pointer without
  * conversion, so the wire carries that value little-endian (on x86, which
  * is what every interoperating rxe runs on).
@@ -28,7 +28,6 @@
  */
 #define _GNU_SOURCE
 #include <string.h>
-#include <isa-l/crc.h>
 
 #include "tap.h"
 
@@ -123,7 +122,7 @@ static uint32_t crc_from(uint32_t crc, const struct iovec *pkt, int n, size_t fr
 		size_t l = pkt[i].iov_len < len - off ? pkt[i].iov_len : len - off;
 		if (off + l > from) {
 			size_t skip = from > off ? from - off : 0;
-			crc = crc32_gzip_refl(crc, (const uint8_t *)pkt[i].iov_base + skip, l - skip);
+			crc = sv_crc32(crc, (const uint8_t *)pkt[i].iov_base + skip, l - skip);
 		}
 		off += l;
 	}
@@ -158,7 +157,7 @@ static uint32_t icrc(const struct sv_flow *f, const struct iovec *pkt, int n, si
 
 	if (head > BTH_RESV8A)
 		b[phlen + BTH_RESV8A] = 0xff;
-	uint32_t crc = crc32_gzip_refl(0, b, phlen + head);
+	uint32_t crc = sv_crc32(0, b, phlen + head);
 	if (head < len)
 		crc = crc_from(crc, pkt, n, head, len);
 	clean_upper();

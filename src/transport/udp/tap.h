@@ -80,6 +80,13 @@ struct sv_flow {
  * socket gets TOS and TTL only.  Returns the bytes used. */
 size_t sv_flow_cmsg(const struct sv_flow *f, int family, void *buf, size_t len);
 
+/* ---- crc32.c ---- */
+/* The gzip CRC-32 (zlib's crc32(), ISA-L's crc32_gzip_refl()) of buf[0..len),
+ * continuing crc (0 to start). */
+uint32_t sv_crc32(uint32_t crc, const void *buf, size_t len);
+/* Whether long buffers take crc32.c's 256-bit fold on this processor. */
+bool sv_crc32_wide(void);
+
 /* ---- icrc.c ---- */
 /* The ICRC of the packet pkt[0..n) of len bytes (BTH through pad, the
  * ICRC itself not included) sent on flow f.  The value is what goes in

@@ -422,9 +422,11 @@ static inline int sv_target_move(const struct sv_target *t, bool write, const st
 bool sv_pkt_rx_lock(struct sv_context *c, bool wait);
 void sv_pkt_rx(struct sv_context *c, const struct sv_link_pkt *p);
 void sv_pkt_rx_unlock(struct sv_context *c);
-/* The same for a thread polling a CQ: the ACKs it owes may wait a while
- * (pkt.c says how long), so that the application sees its completions
- * first. */
+/* The same for a batch whose application polls CQs: the ACKs it owes
+ * may wait for its next post (pkt.c says how long), so that it sees its
+ * completions first and the post carries them.  A link calls it for a
+ * CQ poller's batch, and for its own thread's when the application
+ * polled a moment ago; the link then ticks within its bound. */
 void sv_pkt_rx_unlock_poller(struct sv_context *c);
 /* Timers (retransmission, RNR waits): returns when it is next wanted, or
  * 0 when no timer runs. */

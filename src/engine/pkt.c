@@ -827,7 +827,9 @@ void sv_pkt_rx_unlock(struct sv_context *c)
  * Responses (READ, atomic) and NAKs leave at once.  An ACK may be
  * delayed (IBA 9.7.5.1.1 sets no deadline below the requester's
  * timeout); the udp link's bound, 2 ms, is far below the smallest one in
- * use.
+ * use.  The link's own thread holds its batch's ACKs this way too when
+ * the application polled a moment ago and waits for data in memory, not
+ * on a CQ (a one-sided ping-pong), and ticks within 200 us.
  */
 void sv_pkt_rx_unlock_poller(struct sv_context *c)
 {

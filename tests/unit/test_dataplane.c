@@ -1104,7 +1104,12 @@ static void test_posts_wait_for_the_ack(void **state)
  * unarmed receiver polls for 20 ms before the SEND, so that its thread
  * leaves the socket to the polls and the poll is what receives it; the
  * armed one races its thread for the packet, so there are 20 rounds.
- * On shm there is no ACK, and the SENDs simply complete.
+ * The third receiver polls once and then waits elsewhere, as ib_write_lat
+ * waits for a WRITE in its memory: its thread receives the WRITE that
+ * follows and, the application having polled a moment ago, holds the ACK
+ * for its next post (transport/udp/window.h, sv_window_recent), which
+ * never comes; the thread's own tick must send it.
+ * On shm there is no ACK, and the SENDs and WRITEs simply complete.
  */
 static void drain_cq_events(struct ibv_comp_channel *ch)
 {
@@ -1152,10 +1157,11 @@ static void test_held_ack_is_sent(void **state)
 {
 	static const struct {
 		const char *what;
-		bool armed;
+		bool armed, write_after_one_poll;
 	} cases[] = {
-		{ "a poller that stops", false },
-		{ "polls of an armed CQ", true },
+		{ "a poller that stops", false, false },
+		{ "polls of an armed CQ", true, false },
+		{ "a WRITE after one poll", false, true },
 	};
 	(void)state;
 	struct qp_opts o = rc_default;
@@ -1178,6 +1184,17 @@ static void test_held_ack_is_sent(void **state)
 		connect_qp(b.qp, &a, a.qp->qp_num, &o);
 		for (int round = 0; round < (cases[c].armed ? 20 : 3); round++) {
 			struct ibv_wc wc;
+			if (cases[c].write_after_one_poll) {
+				assert_int_equal(ibv_poll_cq(b.cq, 1, &wc), 0);
+				assert_int_equal(post(&a, IBV_WR_RDMA_WRITE, a.buf, 64, a.mr->lkey,
+						      (uintptr_t)b.buf, b.mr->rkey, 3,
+						      IBV_SEND_SIGNALED), 0);
+				wc = poll_one(a.cq);
+				if (wc.status != IBV_WC_SUCCESS)
+					fail_msg("%s, round %d: the WRITE ended %s", cases[c].what,
+						 round, ibv_wc_status_str(wc.status));
+				continue;
+			}
 			post_recv(&b, b.buf, 64, 1);
 			if (ch) {
 				assert_int_equal(ibv_req_notify_cq(b.cq, 0), 0);

@@ -6,6 +6,8 @@
  *  - a table of single looks, among them a thread that comes to its
  *    look after the poll's whole window has passed (kicked by the poll,
  *    but late to its core): what the poll held is due all the same;
+ *  - a table of whether an application polled recently enough that
+ *    the thread's own receptions hold their ACKs for its next post;
  *  - schedules of polls and looks at made-up times, late looks among
  *    them: the first look after a poll's window has passed ticks, no
  *    tick comes without a poll since the last, and the thread never
@@ -75,6 +77,38 @@ static void test_quiet_looks_grow_the_window(void **state)
 		sv_window_quiet(&w);
 		assert_int_equal(w.len, lens[i]);
 	}
+}
+
+/*
+ * Whether the thread's own receptions hold their ACKs for the
+ * application's next post: it polled (unarmed) less than two of the
+ * longest windows ago.  The thread receives for a polling application
+ * once a window has closed, which may be a whole window after the poll
+ * and a look later still.
+ */
+static void test_recent_polls(void **state)
+{
+	static const struct {
+		const char *what;
+		uint64_t last_poll, now;
+		bool recent;
+	} rows[] = {
+		{ "no poll ever", 0, 5000 * US, false },
+		{ "a poll just now", 5000 * US, 5000 * US, true },
+		{ "a poll later than the thread's clock read", 5001 * US, 5000 * US, true },
+		{ "a poll a shortest window ago", 4800 * US, 5000 * US, true },
+		{ "a poll a longest window ago", 4000 * US, 5000 * US, true },
+		{ "a poll just under two longest windows ago", 3000 * US + 1, 5000 * US, true },
+		{ "a poll two longest windows ago", 3000 * US, 5000 * US, false },
+		{ "a poll a second ago", 1000 * US, 1001000 * US, false },
+	};
+
+	(void)state;
+	assert_int_equal(POLLER_RECENT_NS, 2 * POLLER_MAX_NS);
+	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+		if (sv_window_recent(rows[i].last_poll, rows[i].now) != rows[i].recent)
+			fail_msg("%s: recent %d, expected %d", rows[i].what, !rows[i].recent,
+				 rows[i].recent);
 }
 
 /* xorshift64: the schedules are the same on every run. */
@@ -158,6 +192,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_look_table),
 		cmocka_unit_test(test_quiet_looks_grow_the_window),
+		cmocka_unit_test(test_recent_polls),
 		cmocka_unit_test(test_every_poll_is_followed_by_a_tick),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

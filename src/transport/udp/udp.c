@@ -483,6 +483,15 @@ static uint64_t earliest(uint64_t a, uint64_t b)
 	return a < b ? a : b;
 }
 
+/* The thread ticks by when (its loop reads want_at before it sleeps). */
+static void ask_tick(struct sv_link_ep *l, uint64_t when)
+{
+	uint64_t cur = atomic_load(&l->want_at);
+
+	while (when < cur && !atomic_compare_exchange_weak(&l->want_at, &cur, when))
+		;
+}
+
 static void *rx_thread(void *arg)
 {
 	struct sv_link_ep *l = arg;
@@ -542,9 +551,17 @@ static void *rx_thread(void *arg)
 		if (atomic_load(&l->stop))
 			break;
 		if ((np > 1 && (p[1].revents || p[2].revents)) && sv_pkt_rx_lock(l->ctx, true)) {
-			if (receive(l, false, sv_now_ns()) > 0)
+			uint64_t t = sv_now_ns();
+			if (receive(l, false, t) > 0)
 				l->linger_until = sv_now_ns() + LINGER_NS;
-			sv_pkt_rx_unlock(l->ctx);
+			if (sv_window_recent(atomic_load(&l->last_poll), t)) {
+				/* For a polling application: its ACKs wait
+				 * for its next post (window.h). */
+				sv_pkt_rx_unlock_poller(l->ctx);
+				ask_tick(l, t + HELD_ACK_NS);
+			} else {
+				sv_pkt_rx_unlock(l->ctx);
+			}
 		} else if (linger) {
 			sched_yield();
 		}
@@ -1061,10 +1078,7 @@ static void link_drain(struct sv_link_ep *l)
 
 static void link_want_tick(struct sv_link_ep *l, uint64_t when)
 {
-	uint64_t cur = atomic_load(&l->want_at);
-
-	while (when < cur && !atomic_compare_exchange_weak(&l->want_at, &cur, when))
-		;
+	ask_tick(l, when);
 	if (when < atomic_load(&l->wake_at))
 		kick(l);
 }

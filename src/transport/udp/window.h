@@ -26,6 +26,30 @@
 #define POLLER_MIN_NS	200000ull
 #define POLLER_MAX_NS	1000000ull
 
+/*
+ * An application that polled a CQ (unarmed) this recently is a polling
+ * one, whose next post is near: what the thread itself receives for it
+ * then holds its ACKs as a poll's batch does, for that post to carry, and
+ * the thread ticks (sending them) after HELD_ACK_NS at the latest.  The
+ * bound is two of the longest windows: the thread receives for such an
+ * application once a window has closed, up to a window after its last
+ * poll's.  Without it, a ping-pong over one-sided WRITEs, each side
+ * waiting for the other's data in memory and not on a CQ (ib_write_lat),
+ * fell from its good cycle, where every ACK rides with the next WRITE and
+ * arrives while the peer polls for it, into one where every ACK left
+ * alone: the peer's poll ended with the ACK, and the WRITE that followed
+ * waited in the socket for the thread's look, a window away (averages of
+ * 423-770 us against a typical 10-13 us; 18-39 us since).  Holding the
+ * ACK brings the cycle back at the next exchange.
+ */
+#define POLLER_RECENT_NS	(2 * POLLER_MAX_NS)
+#define HELD_ACK_NS		POLLER_MIN_NS
+
+static inline bool sv_window_recent(uint64_t last_poll, uint64_t now)
+{
+	return last_poll && last_poll + POLLER_RECENT_NS > now;
+}
+
 /* The thread's own; the polls' side is one time, last_poll. */
 struct sv_poll_window {
 	uint64_t len;		/* a poll counts as active this long */

@@ -426,8 +426,9 @@ void sv_pkt_rx_unlock(struct sv_context *c);
  * may wait for its next post (pkt.c says how long), so that it sees its
  * completions first and the post carries them.  A link calls it for a
  * CQ poller's batch, and for its own thread's when the application
- * polled a moment ago; the link then ticks within its bound. */
-void sv_pkt_rx_unlock_poller(struct sv_context *c);
+ * polled a moment ago; the link then ticks within its bound.  Returns
+ * whether ACKs are held. */
+bool sv_pkt_rx_unlock_poller(struct sv_context *c);
 /* Timers (retransmission, RNR waits): returns when it is next wanted, or
  * 0 when no timer runs. */
 uint64_t sv_pkt_tick(struct sv_context *c, uint64_t now_ns);

@@ -831,17 +831,20 @@ void sv_pkt_rx_unlock(struct sv_context *c)
  * the application polled a moment ago and waits for data in memory, not
  * on a CQ (a one-sided ping-pong), and ticks within 200 us.
  */
-void sv_pkt_rx_unlock_poller(struct sv_context *c)
+bool sv_pkt_rx_unlock_poller(struct sv_context *c)
 {
 	struct pkt_ctx *pc = c->pkt;
+	bool hold;
 
 	pkt_gpu_flush(pc);
-	if (!pc->acks || atomic_load_explicit(&pc->acks_held, memory_order_relaxed))
-		pkt_send_acks(pc);
-	else
+	hold = pc->acks && !atomic_load_explicit(&pc->acks_held, memory_order_relaxed);
+	if (hold)
 		atomic_store_explicit(&pc->acks_held, true, memory_order_relaxed);
+	else
+		pkt_send_acks(pc);
 	pc->ops->flush(pc->link);
 	pthread_mutex_unlock(&pc->rx_lock);
+	return hold;
 }
 
 static bool same_addr(const struct sv_route *a, const struct in6_addr *b)

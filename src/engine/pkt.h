@@ -23,7 +23,8 @@
 /* The tail-loss probe's least wait, however short the round trip, and
  * how many probes go before the ACK timeout.  A CQ poller may hold an
  * ACK up to 2 ms (sv_pkt_rx_unlock_poller); a probe sent meanwhile costs
- * a packet, which the peer's thread answers with the ACK at once.  3 ms
+ * a packet, which the peer's thread answers with the ACK at once, or
+ * within 200 us where its application polled a moment ago.  3 ms
  * made a faulted transfer 20% (WRITE) and 40% (READ) slower than 1 ms. */
 #define PKT_PTO_MIN_NS		1000000u
 #define PKT_TLP_MAX		3u

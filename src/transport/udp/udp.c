@@ -557,8 +557,8 @@ static void *rx_thread(void *arg)
 			if (sv_window_recent(atomic_load(&l->last_poll), t)) {
 				/* For a polling application: its ACKs wait
 				 * for its next post (window.h). */
-				sv_pkt_rx_unlock_poller(l->ctx);
-				ask_tick(l, t + HELD_ACK_NS);
+				if (sv_pkt_rx_unlock_poller(l->ctx))
+					ask_tick(l, t + HELD_ACK_NS);
 			} else {
 				sv_pkt_rx_unlock(l->ctx);
 			}
@@ -688,6 +688,10 @@ static void link_close(struct sv_link_ep *l)
 	atomic_store(&l->stop, true);
 	kick(l);
 	pthread_join(l->thr, NULL);
+	/* What the thread held for a post (window.h) leaves before the
+	 * sockets close: a tombstone's last answers among it. */
+	if (sv_pkt_rx_lock(l->ctx, true))
+		sv_pkt_rx_unlock(l->ctx);
 	close(l->sock);	/* and with it every membership */
 	close(l->fwd);
 	close(l->efd);

@@ -39,7 +39,7 @@
  * arrives while the peer polls for it, into one where every ACK left
  * alone: the peer's poll ended with the ACK, and the WRITE that followed
  * waited in the socket for the thread's look, a window away (averages of
- * 423-770 us against a typical 10-13 us; 18-39 us since).  Holding the
+ * 421-768 us against a typical 10-13 us; 18-39 us since).  Holding the
  * ACK brings the cycle back at the next exchange.
  */
 #define POLLER_RECENT_NS	(2 * POLLER_MAX_NS)

@@ -1252,8 +1252,9 @@ static int run_stream(const struct opts *o)
  * bytes are for it: zlib's crc32 over 8 bytes of ones, the IPv4 header
  * with TOS, TTL and checksum ones (identification 0 and DF, as
  * send_pkt() sends it), the UDP header with its checksum ones, and the
- * datagram with BTH byte 4 ones; stored little-endian.  Written from the spec and icrc_check.py, not from
- * transport/udp/icrc.c: a second opinion.
+ * datagram with BTH byte 4 ones; stored little-endian.  Written from the
+ * spec and icrc_check.py, not from transport/udp/icrc.c: a second
+ * opinion.
  */
 static void seal(uint8_t *p, size_t len, struct in_addr src, struct in_addr dst, uint16_t sport)
 {

@@ -416,12 +416,15 @@ static void test_icrc_iovecs(void **state)
 
 /*
  * Against zlib, for packets shorter and longer than the head icrc.c
- * copies behind the pseudo-header (192 bytes), each cut in three pieces
- * at the places where its copy and its in-place pass meet.
+ * copies behind the pseudo-header (GATHER, 64 bytes), each cut in three
+ * pieces at the places where its copy and its in-place pass meet.
  */
 static void test_icrc_lengths(void **state)
 {
-	static const size_t lens[] = { 5, 12, 16, 24, 191, 192, 193, 200, 247, 256, 300, 1100 };
+	/* Around the head, around where the rest behind it reaches
+	 * sv_crc32's fold (256 bytes), and beyond. */
+	static const size_t lens[] = { 5, 12, 16, 24, 63, 64, 65, 191, 192, 193, 200, 247,
+				       256, 300, 319, 320, 321, 1100 };
 	struct sv_flow f = flow_v4("198.18.0.1", "198.18.0.2", 49152, 4791);
 	uint8_t pkt[1100];
 
@@ -431,7 +434,8 @@ static void test_icrc_lengths(void **state)
 	for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
 		size_t len = lens[li];
 		uint32_t want = hand_icrc_v4(&f, pkt, len, true);
-		const size_t cuts[] = { 0, 1, 4, 5, 12, 100, 191, 192, 193, 250, len - 1, len };
+		const size_t cuts[] = { 0, 1, 4, 5, 12, 63, 64, 65, 100, 191, 192, 193, 250,
+					 len - 1, len };
 		for (size_t a = 0; a < sizeof(cuts) / sizeof(cuts[0]); a++) {
 			for (size_t b = a; b < sizeof(cuts) / sizeof(cuts[0]); b++) {
 				size_t x = cuts[a] < len ? cuts[a] : len, y = cuts[b] < len ? cuts[b] : len;

@@ -526,6 +526,59 @@ capture_check() {
 	done
 }
 
+# wire_check: the frames as a wire carries them.  Each veth end cuts
+# UDP GSO runs into packets in software (gso_max_segs 1), as a host
+# without segmentation offload does, so the kernel writes every packet's
+# own IP header; A's kernel captures what crosses (tshark), and
+# icrc_check.py recomputes each ICRC over the headers captured.  Among
+# them is the IPv4 identification, which a run numbers 0, 1, 2 ... and
+# the ICRC covers (transport/udp/icrc.c), and which no SOFTVERBS_PCAP
+# capture shows, being rebuilt from what softverbs knows.
+wire_check() {
+	local f=$TMP/wire.pcap cap t n i
+	if ! command -v tshark >/dev/null; then
+		echo "skipped: the wire: tshark is not installed"
+		return 0
+	fi
+	if ! ip -n "$NSA" link set $IFA gso_max_segs 1 || ! ip -n "$NSB" link set $IFB gso_max_segs 1; then
+		bad "the wire: cannot set the veth's gso_max_segs"
+		return 1
+	fi
+	rm -f "$f"
+	ip netns exec "$NSA" timeout -s INT 300 tshark -q -i $IFA -f "udp port 4791" -F pcap -w "$f" \
+		>"$TMP/wire.log" 2>&1 &
+	cap=$!
+	for i in $(seq 100); do
+		grep -q "Capturing on" "$TMP/wire.log" && break
+		sleep 0.1
+	done
+	# WRITEs of whole runs, and READ responses whose runs end in a
+	# shorter packet (5,000 bytes in 1,024-byte packets).
+	pair "ib_write_bw -s 65536 (each packet's own header, captured by the kernel)" \
+		'^ 65536 +50 +[0-9.]+' 0 $((50 * 65536)) 1 1 ib_write_bw -x @GID@ -F -s 65536 -n 50
+	pair "ib_read_bw -s 5000 (each packet's own header, captured by the kernel)" \
+		'^ 5000 +200 +[0-9.]+' $((200 * 5000)) 0 1 1 ib_read_bw -x @GID@ -F -s 5000 -n 200
+	kill -INT $cap 2>/dev/null
+	wait $cap
+	ip -n "$NSA" link set $IFA gso_max_segs 65535
+	ip -n "$NSB" link set $IFB gso_max_segs 65535
+	if ! t=$(tmo 120); then
+		bad "the wire: not checked: the time budget is spent"
+	elif timeout -k 5 "$t" python3 "$SV_SOURCE/tests/integration/icrc_check.py" "$f" >"$TMP/icrc.txt" 2>&1; then
+		# 3.2 MB and 1 MB in packets of at most 4 KiB.
+		n=$(sed -nE 's/^checked ([0-9]+) RoCEv2 frames.*/\1/p' "$TMP/icrc.txt")
+		if [ "${n:-0}" -ge 1000 ]; then
+			ok "the wire: icrc_check.py: $(tail -1 "$TMP/icrc.txt")"
+		else
+			bad "the wire: only ${n:-0} RoCEv2 frames captured (needs >= 1000)"
+			sed 's/^/    /' "$TMP/wire.log" | tail -5
+		fi
+	else
+		bad "the wire: icrc_check.py"; sed 's/^/    /' "$TMP/icrc.txt" | tail -8
+	fi
+	rm -f "$f"
+}
+
 # status_check [PEER]: `softverbs status` in A while ib_write_bw runs from
 # B shows A's UDP endpoint on 4791 with packets in, and its QP with B's
 # address (PEER: B's IPv4 address unless given) as its peer and packets
@@ -652,6 +705,9 @@ if [ "$SV_UDP_ROOT" = 1 ] && [ $HAVE_NS = 1 ]; then
 	capture_check A
 	capture_check B
 	rm -f "$TMP"/cap-*.pcap
+
+	section "the wire between the hosts, cut into packets as a host without segmentation offload cuts them"
+	wire_check
 
 	# IPv6: the same veth, now also with IPv6 addresses; each host's GID
 	# table lists its address after the IPv4 ones.  Every run uses the

@@ -61,11 +61,11 @@ static inline uint32_t hand_icrc_v6(const struct sv_flow *f, const uint8_t *pkt,
 	return (uint32_t)crc32(0, m, (uInt)(o + len));
 }
 
-/* IPv4 by hand, with or without DF. */
-static inline uint32_t hand_icrc_v4(const struct sv_flow *f, const uint8_t *pkt, size_t len,
-				     bool df)
+/* IPv4 by hand, with or without DF, with IPv4 identification id. */
+static inline uint32_t hand_icrc_v4_id(const struct sv_flow *f, const uint8_t *pkt, size_t len,
+					bool df, uint16_t id)
 {
-	uint8_t m[1536];
+	uint8_t m[4200];
 	size_t o = 8;
 
 	assert_true(len <= sizeof(m) - 36);
@@ -73,7 +73,7 @@ static inline uint32_t hand_icrc_v4(const struct sv_flow *f, const uint8_t *pkt,
 	memset(m, 0xff, 8);
 	m[o++] = 0x45, m[o++] = 0xff;
 	put16(m + o, (uint16_t)(20 + 8 + len + 4)), o += 2;
-	put16(m + o, 0), o += 2;
+	put16(m + o, id), o += 2;
 	put16(m + o, df ? 0x4000 : 0), o += 2;
 	m[o++] = 0xff, m[o++] = 17, m[o++] = 0xff, m[o++] = 0xff;
 	memcpy(m + o, &f->src.s6_addr[12], 4), o += 4;
@@ -83,6 +83,13 @@ static inline uint32_t hand_icrc_v4(const struct sv_flow *f, const uint8_t *pkt,
 	memcpy(m + o, pkt, len);
 	m[o + 4] = 0xff;
 	return (uint32_t)crc32(0, m, (uInt)(o + len));
+}
+
+/* IPv4 by hand, with or without DF, identification 0. */
+static inline uint32_t hand_icrc_v4(const struct sv_flow *f, const uint8_t *pkt, size_t len,
+				     bool df)
+{
+	return hand_icrc_v4_id(f, pkt, len, df, 0);
 }
 
 #endif

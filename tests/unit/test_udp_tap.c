@@ -415,6 +415,67 @@ static void test_icrc_iovecs(void **state)
 }
 
 /*
+ * The IPv4 identification (icrc.c): a GSO run's k-th packet leaves with
+ * identification k, which the ICRC covers.  Against zlib over the header
+ * with that identification: sv_icrc_id() turns the ICRC for 0 into the
+ * one for k, sv_icrc() computes it from the flow's ipid, and a receiver
+ * finds k from the hint or without one; an identification of 64 or more,
+ * or a bit flipped, is refused.
+ */
+static void test_icrc_identification(void **state)
+{
+	static const size_t lens[] = { 12, 24, 60, 300, 1100, 4108 };
+	static const uint16_t ids[] = { 1, 2, 3, 7, 14, 31, 32, 33, 62, 63 };
+	struct sv_flow f = flow_v4("198.18.0.2", "198.18.0.1", 49999, 4791);
+	static uint8_t pkt[4108 + 4];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(pkt); i++)
+		pkt[i] = (uint8_t)(i * 29 + 3);
+	for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
+		size_t len = lens[li];
+		struct iovec v = { .iov_base = pkt, .iov_len = len };
+		uint32_t zero = hand_icrc_v4(&f, pkt, len, true);
+
+		f.ipid = 0;
+		assert_int_equal(sv_icrc(&f, &v, 1, len), zero);
+		assert_int_equal(sv_icrc_id(len, 0), 0);
+		put_le32(pkt + len, zero);
+		assert_int_equal(sv_icrc_check(&f, pkt, len + 4, 0), 0);
+		for (size_t k = 0; k < sizeof(ids) / sizeof(ids[0]); k++) {
+			uint16_t id = ids[k];
+			uint32_t want = hand_icrc_v4_id(&f, pkt, len, true, id);
+			if ((zero ^ sv_icrc_id(len, id)) != want)
+				fail_msg("length %zu, identification %u: 0x%08x, zlib 0x%08x", len, id,
+					 zero ^ sv_icrc_id(len, id), want);
+			f.ipid = id;
+			assert_int_equal(sv_icrc(&f, &v, 1, len), want);
+			f.ipid = 0;
+			put_le32(pkt + len, want);
+			assert_int_equal(sv_icrc_check(&f, pkt, len + 4, id), id);
+			assert_int_equal(sv_icrc_check(&f, pkt, len + 4, 0), id);
+			assert_int_equal(sv_icrc_check(&f, pkt, len + 4, (unsigned)(id ^ 1)), id);
+			pkt[len / 2] ^= 0x10;
+			assert_int_equal(sv_icrc_check(&f, pkt, len + 4, id), -1);
+			pkt[len / 2] ^= 0x10;
+		}
+		for (uint16_t id = 64; id; id = (uint16_t)(id * 4)) {
+			put_le32(pkt + len, hand_icrc_v4_id(&f, pkt, len, true, id));
+			assert_int_equal(sv_icrc_check(&f, pkt, len + 4, 0), -1);
+		}
+	}
+	/* IPv6 has no identification: the ICRC for 0 is the only one. */
+	struct sv_flow f6 = flow_v6("fd00::1", "fd00::2", 49999, 4791);
+	size_t len = write_only(pkt);
+	struct iovec v6 = { .iov_base = pkt, .iov_len = len };
+	uint32_t c6 = sv_icrc(&f6, &v6, 1, len);
+	put_le32(pkt + len, c6);
+	assert_int_equal(sv_icrc_check(&f6, pkt, len + 4, 5), 0);
+	put_le32(pkt + len, c6 ^ sv_icrc_id(len, 5));
+	assert_int_equal(sv_icrc_check(&f6, pkt, len + 4, 5), -1);
+}
+
+/*
  * Against zlib, for packets shorter and longer than the head icrc.c
  * copies behind the pseudo-header (GATHER, 64 bytes), each cut in three
  * pieces at the places where its copy and its in-place pass meet.
@@ -1490,6 +1551,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_icrc_ipv6_vector),
 		cmocka_unit_test(test_flow_cmsg),
 		cmocka_unit_test(test_icrc_ipv4_df),
+		cmocka_unit_test(test_icrc_identification),
 		cmocka_unit_test(test_icrc_iovecs),
 		cmocka_unit_test(test_icrc_lengths),
 		cmocka_unit_test(test_icrc_upper_clean),

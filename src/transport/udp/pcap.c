@@ -188,7 +188,7 @@ static size_t frame_headers(const struct sv_flow *f, const struct iovec *pkt, in
 		ip[0] = 0x45;
 		ip[1] = f->tclass;
 		put16(ip + 2, (uint16_t)(IPV4_HDR + udp_len));
-		put16(ip + 4, 0);
+		put16(ip + 4, f->ipid);
 		put16(ip + 6, 0x4000);			/* DF */
 		ip[8] = ttl;
 		ip[9] = 17;

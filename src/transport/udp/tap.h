@@ -65,6 +65,10 @@ struct sv_flow {
 	bool v4;
 	uint32_t flow;		/* IPv6 flow label: recorded; masked in the ICRC */
 	uint32_t ifindex;	/* sending: the interface of a link-local destination */
+	/* IPv4 identification, which the ICRC covers: 0, as the kernel
+	 * gives a DF datagram of an unconnected socket, except for the
+	 * k-th packet of a GSO run, k (icrc.c, "The IPv4 identification"). */
+	uint16_t ipid;
 };
 
 /* ---- fault.c: the ancillary data a packet leaves with ---- */
@@ -92,9 +96,21 @@ bool sv_crc32_wide(void);
  * ICRC itself not included) sent on flow f.  The value is what goes in
  * the packet's last 4 bytes, stored little-endian as rxe does. */
 uint32_t sv_icrc(const struct sv_flow *f, const struct iovec *pkt, int n, size_t len);
-/* Whether the packet buf[0..len) (its ICRC last) carries the right ICRC.
- * Accepts an IPv4 header with or without DF. */
-bool sv_icrc_ok(const struct sv_flow *f, const uint8_t *buf, size_t len);
+/* The IPv4 identifications a packet may have left with: a GSO run's
+ * place (udp.c GSO_MAX_SEGS). */
+#define SV_ICRC_IDS	64
+/* What IPv4 identification id (below SV_ICRC_IDS) XORs into the ICRC
+ * of a packet of len bytes (as sv_icrc's), against identification 0. */
+uint32_t sv_icrc_id(size_t len, unsigned id);
+/* Whether the packet buf[0..len) (its ICRC last) carries the right ICRC:
+ * the IPv4 identification it was sent with (tried: hint first, then
+ * every one below SV_ICRC_IDS; always 0 for IPv6), or -1.  Accepts an
+ * IPv4 header without DF with identification 0 too. */
+int sv_icrc_check(const struct sv_flow *f, const uint8_t *buf, size_t len, unsigned hint);
+static inline bool sv_icrc_ok(const struct sv_flow *f, const uint8_t *buf, size_t len)
+{
+	return sv_icrc_check(f, buf, len, 0) >= 0;
+}
 
 /* ---- pcap.c ---- */
 /* SOFTVERBS_PCAP=PATH (%p in PATH becomes the pid): opened on first use;

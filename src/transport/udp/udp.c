@@ -286,8 +286,8 @@ static void flow_of(struct sv_flow *f, const struct sv_route *r, bool out)
 	f->ifindex = r->ifindex;
 }
 
-static void deliver(struct sv_link_ep *l, const uint8_t *buf, size_t len, const struct sv_route *r,
-		    bool forwarded, uint64_t at);
+static int deliver(struct sv_link_ep *l, const uint8_t *buf, size_t len, const struct sv_route *r,
+		   bool forwarded, uint64_t at, unsigned id_hint);
 
 /* A datagram another context forwarded here (buf, len bytes: its
  * fwd_hdr, then the packet) goes up with the addresses it came with. */
@@ -301,7 +301,7 @@ static void deliver_forwarded(struct sv_link_ep *l, const uint8_t *buf, size_t l
 	struct sv_route r = { .src = h.src, .dst = h.dst, .sport = h.sport, .tclass = h.tclass,
 			      .ttl = h.ttl, .v4 = h.v4 != 0, .flow = h.flow, .ifindex = h.ifindex };
 	atomic_fetch_add_explicit(&l->st->rx_fwd_in, 1, memory_order_relaxed);
-	deliver(l, buf + sizeof(h), len - sizeof(h), &r, true, at);
+	deliver(l, buf + sizeof(h), len - sizeof(h), &r, true, at, 0);
 }
 
 /* While a forward waits for room at its owner: one datagram forwarded
@@ -373,27 +373,32 @@ static bool forward(struct sv_link_ep *l, const uint8_t *buf, size_t len, const 
 }
 
 /* One packet as received: its ICRC checked (A17.8: a bad one is dropped
- * silently), captured, then handed up or forwarded. */
-static void deliver(struct sv_link_ep *l, const uint8_t *buf, size_t len, const struct sv_route *r,
-		    bool forwarded, uint64_t at)
+ * silently), captured, then handed up or forwarded.  Returns the IPv4
+ * identification its ICRC matched (id_hint tried first: its place in a
+ * GSO run delivered whole, icrc.c), or -1. */
+static int deliver(struct sv_link_ep *l, const uint8_t *buf, size_t len, const struct sv_route *r,
+		   bool forwarded, uint64_t at, unsigned id_hint)
 {
 	struct sv_flow f;
 
 	flow_of(&f, r, false);
+	int id = len < sizeof(struct ib_bth) + 4 ? -1 : sv_icrc_check(&f, buf, len, id_hint);
 	if (sv_pcap_on()) {
 		struct iovec v = { (void *)buf, len };
+		f.ipid = id > 0 ? (uint16_t)id : 0;	/* the frame its ICRC was made for */
 		sv_pcap_write(&f, &v, 1, len);
 	}
-	if (len < sizeof(struct ib_bth) + 4 || !sv_icrc_ok(&f, buf, len)) {
+	if (id < 0) {
 		atomic_fetch_add_explicit(&l->st->rx_bad_icrc, 1, memory_order_relaxed);
-		return;
+		return -1;
 	}
 	atomic_fetch_add_explicit(&l->st->rx_pkts, 1, memory_order_relaxed);
 	if (!forwarded && !sv_pkt_owns(l->ctx, bth_qpn((const struct ib_bth *)buf)) &&
 	    forward(l, buf, len, r))
-		return;
+		return id;
 	struct sv_link_pkt p = { buf, len - 4, *r, at };
 	sv_pkt_rx(l->ctx, &p);
+	return id;
 }
 
 /* Receives what is waiting, up to a few batches; the caller holds the
@@ -441,9 +446,11 @@ static int receive(struct sv_link_ep *l, bool poller, uint64_t now)
 			int gso;
 			route_of(&r, &l->from[i], &l->msgs[i].msg_hdr, &gso);
 			size_t len = l->msgs[i].msg_len, seg = gso > 0 ? (size_t)gso : len, off = 0;
+			unsigned id = 0;	/* the next packet's identification, likely */
 			do {	/* an empty datagram too: it is counted as malformed */
-				deliver(l, l->bufs[i] + off, len - off < seg ? len - off : seg, &r,
-					false, now);
+				int got = deliver(l, l->bufs[i] + off, len - off < seg ? len - off : seg,
+						  &r, false, now, id);
+				id = got >= 0 ? (unsigned)got + 1 : id + 1;
 				off += seg;
 			} while (off < len);
 			rx_reset(l, i);
@@ -825,7 +832,9 @@ struct tx_batch {
 	struct mmsghdr m[TX_BATCH];
 	struct iovec iov[TX_BATCH][SV_MAX_SGE + 4];
 	uint8_t hdr[TX_BATCH][TX_HDR];
-	uint32_t icrc[TX_BATCH];
+	uint32_t icrc[TX_BATCH];	/* for IPv4 identification 0 */
+	bool v4[TX_BATCH];
+	uint32_t gicrc[TX_BATCH];	/* for its place in a GSO run (link_flush) */
 	union sa to[TX_BATCH];
 	char ctl[TX_BATCH][SV_FLOW_CMSG_SPACE] __attribute__((aligned(8)));
 	/* What flush hands the kernel: single packets and GSO runs. */
@@ -860,6 +869,7 @@ static void txb_init(void)
  * a whole RoCEv2 packet, headers and ICRC included.  64 KiB at most. */
 #define GSO_MAX_BYTES	(65535 - 8 - 40)
 #define GSO_MAX_SEGS	64
+_Static_assert(GSO_MAX_SEGS <= SV_ICRC_IDS, "a run's identifications are ones receivers accept");
 static atomic_bool gso_off;
 
 static size_t batch_len(const struct tx_batch *b, int i)
@@ -935,9 +945,19 @@ static void link_flush(struct sv_link_ep *l)
 		/* One datagram of packets i..j-1. */
 		struct iovec *v = &b->giov[gi];
 		size_t nv = 0;
-		for (int k = i; k < j; k++)
+		for (int k = i; k < j; k++) {
 			for (size_t x = 0; x < b->m[k].msg_hdr.msg_iovlen; x++)
 				v[nv++] = b->iov[k][x];
+			/* Cut from the run, the packet leaves with IPv4
+			 * identification k - i, which its ICRC covers (icrc.c);
+			 * its ICRC is the last piece. */
+			if (k > i && b->v4[k]) {
+				size_t plen = batch_len(b, k) - 4;
+				b->gicrc[k] = htole32(le32toh(b->icrc[k]) ^
+						      sv_icrc_id(plen, (unsigned)(k - i)));
+				v[nv - 1] = (struct iovec){ &b->gicrc[k], 4 };
+			}
+		}
 		gi += (int)nv;
 		/* The run's packets' own control messages, then UDP_SEGMENT. */
 		char *ctl = b->gctl[out - 1];
@@ -1030,6 +1050,7 @@ static int link_send(struct sv_link_ep *l, int fd, const struct sv_route *r, con
 	b->iov[i][0] = (struct iovec){ b->hdr[i], pkt[0].iov_len };
 	memcpy(&b->iov[i][1], &pkt[1], (size_t)(n - 1) * sizeof(*pkt));
 	b->icrc[i] = icrc;
+	b->v4[i] = f->v4;
 	b->iov[i][n] = (struct iovec){ &b->icrc[i], 4 };
 	b->to[i] = b->lto;
 	size_t cl = b->lcl;

@@ -24,7 +24,10 @@
  * We never see the IP and UDP headers the kernel builds for our datagram,
  * so they are rebuilt from the flow.  The IPv4 identification is not
  * masked: 0 is what the kernel gives a DF datagram on an unconnected
- * socket, as rxe's are, except in a GSO run (below).
+ * socket, except in a GSO run (below).  rxe numbers its own
+ * (__ip_select_ident), and so does a ConnectX-4 Lx (unit.udp_tap's
+ * captured frame); a UDP socket cannot see them, so over IPv4 their
+ * packets fail our check.
  */
 #define _GNU_SOURCE
 #include <string.h>
@@ -190,8 +193,10 @@ uint32_t sv_icrc(const struct sv_flow *f, const struct iovec *pkt, int n, size_t
  * accepts any below SV_ICRC_IDS: a run delivered whole (a veth, UDP_GRO)
  * puts the k-th packet k-th in its datagram, the hint, and packets that
  * the receiver's GRO merged from a wire may start anywhere in a run.
- * That lets a corrupted packet through with probability 64 in 2^32, not
- * 1 in 2^32.
+ * That lets a corrupted packet through with probability about 64 in
+ * 2^32, not 1 in 2^32.  (Accepting every identification, which a
+ * receiver of rxe's or a NIC's IPv4 packets would need, would make it 1
+ * in 2^16.)
  *
  * The identification enters the CRC linearly: with the rest fixed,
  * ICRC(id) = ICRC(0) ^ D(id), D being the CRC, with no preset and no
@@ -218,16 +223,25 @@ static uint32_t mulmod(uint32_t a, uint32_t b)
 	return p;
 }
 
-/* x^(8n) mod P, bit-reflected. */
-static uint32_t xpow8(size_t n)
-{
-	uint32_t r = 0x80000000u, x = 0x00800000u;	/* x^0, x^8 */
+/* x^(8 * 2^i) mod P, bit-reflected: written once, before main(), and
+ * only read. */
+static uint32_t x8pow2[32];
 
-	for (; n; n >>= 1) {
+__attribute__((constructor)) static void icrc_setup(void)
+{
+	x8pow2[0] = 0x00800000u;			/* x^8 */
+	for (int i = 1; i < 32; i++)
+		x8pow2[i] = mulmod(x8pow2[i - 1], x8pow2[i - 1]);
+}
+
+/* x^(8n) mod P, bit-reflected; n is a packet's length. */
+static uint32_t xpow8(uint32_t n)
+{
+	uint32_t r = 0x80000000u;			/* x^0 */
+
+	for (int i = 0; n; i++, n >>= 1)
 		if (n & 1)
-			r = mulmod(r, x);
-		x = mulmod(x, x);
-	}
+			r = mulmod(r, x8pow2[i]);
 	return r;
 }
 
@@ -251,18 +265,22 @@ struct id_basis {
 	uint32_t d[ID_BITS];
 };
 
+/* Kept: a run's full packets' length and its last one's, on each side of
+ * a few QPs; a miss costs some 10 multiplications. */
+#define ID_KEPT		8
+
 static const uint32_t *id_basis(size_t len)
 {
-	static __thread struct id_basis kept[4];
+	static __thread struct id_basis kept[ID_KEPT];
 	static __thread unsigned next;
 
-	for (unsigned i = 0; i < 4; i++)
+	for (unsigned i = 0; i < ID_KEPT; i++)
 		if (kept[i].len == len + 1)
 			return kept[i].d;
-	struct id_basis *b = &kept[next++ % 4];
+	struct id_basis *b = &kept[next++ % ID_KEPT];
 	/* After the identification: the rest of the IPv4 header, UDP, the
 	 * packet. */
-	uint32_t x = xpow8(IPV4_HDR - 6 + UDP_HDR + len);
+	uint32_t x = xpow8((uint32_t)(IPV4_HDR - 6 + UDP_HDR + len));
 	for (int i = 0; i < ID_BITS; i++)
 		b->d[i] = mulmod(id_rem(1u << i), x);
 	b->len = len + 1;	/* 0: an empty slot */

@@ -287,15 +287,20 @@ static const uint32_t *id_basis(size_t len)
 	return b->d;
 }
 
-uint32_t sv_icrc_id(size_t len, unsigned id)
+/* D(id) from the basis d of its packet's length. */
+static uint32_t id_sum(const uint32_t *d, unsigned id)
 {
-	const uint32_t *d = id_basis(len);
 	uint32_t v = 0;
 
 	for (int i = 0; i < ID_BITS; i++)
 		if (id >> i & 1)
 			v ^= d[i];
 	return v;
+}
+
+uint32_t sv_icrc_id(size_t len, unsigned id)
+{
+	return id_sum(id_basis(len), id);
 }
 
 int sv_icrc_check(const struct sv_flow *f, const uint8_t *buf, size_t len, unsigned hint)
@@ -316,7 +321,7 @@ int sv_icrc_check(const struct sv_flow *f, const uint8_t *buf, size_t len, unsig
 		return 0;
 	if (f->v4) {
 		const uint32_t *d = id_basis(len);
-		if (hint && hint < SV_ICRC_IDS && sv_icrc_id(len, hint) == diff)
+		if (hint && hint < SV_ICRC_IDS && id_sum(d, hint) == diff)
 			return (int)hint;
 		/* Every identification, in Gray code order: one XOR a step. */
 		uint32_t v = 0;

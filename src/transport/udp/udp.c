@@ -172,7 +172,10 @@ struct sv_link_ep {
 	atomic_bool watching;
 	_Atomic uint64_t last_poll;	/* a CQ poller received last then */
 	_Atomic uint64_t want_at;	/* the earliest tick asked for, UINT64_MAX none */
-	uint64_t next_tick;		/* the engine's next timer, 0 none (thread) */
+	/* The engine's next timer, 0 none: what the last tick returned.  The
+	 * thread ticks, and while pollers are active they do (link_tick). */
+	_Atomic uint64_t next_tick;
+	pthread_mutex_t tick_lock;	/* one tick at a time, next_tick its result */
 	struct sv_poll_window win;	/* the poller window (thread) */
 	uint64_t linger_until;		/* the thread looks without sleeping until then */
 	/* What other processes forwarded here (the registry's count), and
@@ -479,24 +482,53 @@ static int receive(struct sv_link_ep *l, bool poller, uint64_t now)
 }
 
 /*
- * The thread ticks the engine only when something is due: its next timer,
- * a time want_tick() asked for, or the end of a poller window.  A tick
+ * The engine is ticked only when something is due: its next timer, a
+ * time want_tick() asked for, or the end of a poller window.  A tick
  * takes rx_lock, which a poller holds through each of its reads, so a
  * tick on every look (each RC send asks for one: its retransmission
  * timer) made the poller and the thread wait for each other.
+ *
+ * While pollers are active, the timers are theirs: a poll that finds one
+ * due ticks (link_poll), and the thread wakes only to look whether the
+ * polls go on.  When the thread ticked for them, each of its ticks woke
+ * it on the poller's core and, as often as not, found rx_lock held by a
+ * read: a futex wait, and a futex wake in the poller's next unlock.  A
+ * one-sided stream's sender (ib_write_bw, 1 MiB) and each side of
+ * ib_send_lat met this some 1,500 times a second (docs/performance.md).
+ * A timer of a poller that stops is late by one window at most: the
+ * thread's next look finds the window closed and ticks.
  */
 static uint64_t earliest(uint64_t a, uint64_t b)
 {
 	return a < b ? a : b;
 }
 
-/* The thread ticks by when (its loop reads want_at before it sleeps). */
+/* The engine is ticked by when (the thread's loop reads want_at before it
+ * sleeps, a poll reads it after its read). */
 static void ask_tick(struct sv_link_ep *l, uint64_t when)
 {
 	uint64_t cur = atomic_load(&l->want_at);
 
 	while (when < cur && !atomic_compare_exchange_weak(&l->want_at, &cur, when))
 		;
+}
+
+/* When the engine's timers want a tick, UINT64_MAX never. */
+static uint64_t tick_due(struct sv_link_ep *l)
+{
+	uint64_t t = atomic_load(&l->next_tick);
+
+	return earliest(t ? t : UINT64_MAX, atomic_load(&l->want_at));
+}
+
+/* A tick; the caller holds tick_lock, so that next_tick is the result of
+ * the latest one.  What is asked for from here on stays asked: the
+ * engine's state behind earlier asks is in place, and the tick's scan
+ * sees it. */
+static void link_tick(struct sv_link_ep *l, uint64_t now)
+{
+	atomic_store(&l->want_at, UINT64_MAX);
+	atomic_store(&l->next_tick, sv_pkt_tick(l->ctx, now));
 }
 
 static void *rx_thread(void *arg)
@@ -509,30 +541,24 @@ static void *rx_thread(void *arg)
 		uint64_t lp = atomic_load(&l->last_poll);
 		bool closed;
 		bool pollers = sv_window_look(&l->win, lp, now, &closed);
-		if (closed || (l->next_tick && now >= l->next_tick) ||
-		    atomic_load(&l->want_at) <= now) {
-			/* What is asked for from here on stays asked: the
-			 * engine's state behind earlier asks is in place, and
-			 * the tick's scan sees it. */
-			atomic_store(&l->want_at, UINT64_MAX);
+		if (closed || (!pollers && tick_due(l) <= now)) {
+			pthread_mutex_lock(&l->tick_lock);
 			sv_window_ticked(&l->win, lp);
-			l->next_tick = sv_pkt_tick(l->ctx, now);
+			link_tick(l, now);
+			pthread_mutex_unlock(&l->tick_lock);
 			continue;
 		}
-		uint64_t due = earliest(l->next_tick ? l->next_tick : UINT64_MAX,
-					atomic_load(&l->want_at));
+		uint64_t due = pollers ? now + l->win.len : tick_due(l);
 		uint64_t held = sv_wire_flush(now);
 		if (held)
 			due = earliest(due, held);
-		if (pollers)
-			due = earliest(due, now + l->win.len);
 		bool linger = !pollers && now < l->linger_until;
 		if (linger)
 			due = now;
 		atomic_store(&l->wake_at, due);
 		atomic_store(&l->watching, !pollers);
-		if (atomic_load(&l->want_at) < due ||
-		    (!pollers && sv_window_open(&l->win, atomic_load(&l->last_poll), now)))
+		if (!pollers && (atomic_load(&l->want_at) < due ||
+				 sv_window_open(&l->win, atomic_load(&l->last_poll), now)))
 			continue;	/* asked for, or polled, meanwhile */
 		struct timespec ts, *tp = NULL;
 		if (due != UINT64_MAX) {
@@ -636,6 +662,7 @@ static struct sv_link_ep *link_open(struct sv_context *c, char *why, size_t len)
 	int zero = 0;
 	setsockopt(l->sock, IPPROTO_IP, IP_MULTICAST_ALL, &zero, sizeof(zero));
 	pthread_mutex_init(&l->mc_lock, NULL);
+	pthread_mutex_init(&l->tick_lock, NULL);
 	/* Segments of one sender's burst come up in one read (UDP GRO);
 	 * without it, one packet a read. */
 	setsockopt(l->sock, SOL_UDP, UDP_GRO, &one, sizeof(one));
@@ -703,6 +730,7 @@ static void link_close(struct sv_link_ep *l)
 	close(l->fwd);
 	close(l->efd);
 	pthread_mutex_destroy(&l->mc_lock);
+	pthread_mutex_destroy(&l->tick_lock);
 	free(l->groups);
 	free(l->bufs);
 	free(l);
@@ -1081,10 +1109,16 @@ static bool link_poll(struct sv_link_ep *l, bool armed)
 	if (!sv_pkt_rx_lock(l->ctx, false))
 		return false;
 	int n = receive(l, true, now);
-	if (armed)
+	if (armed) {
 		sv_pkt_rx_unlock(l->ctx);
-	else
-		sv_pkt_rx_unlock_poller(l->ctx);
+		return n > 0;
+	}
+	sv_pkt_rx_unlock_poller(l->ctx);
+	/* The timers are the pollers' while they poll (rx_thread). */
+	if (tick_due(l) <= now && !pthread_mutex_trylock(&l->tick_lock)) {
+		link_tick(l, sv_now_ns());
+		pthread_mutex_unlock(&l->tick_lock);
+	}
 	return n > 0;
 }
 
@@ -1101,10 +1135,12 @@ static void link_drain(struct sv_link_ep *l)
 	sv_pkt_rx_unlock(l->ctx);
 }
 
+/* A thread that sleeps while pollers are active is not woken: their
+ * polls, or its look as the polls stop, tick (rx_thread). */
 static void link_want_tick(struct sv_link_ep *l, uint64_t when)
 {
 	ask_tick(l, when);
-	if (when < atomic_load(&l->wake_at))
+	if (when < atomic_load(&l->wake_at) && atomic_load(&l->watching))
 		kick(l);
 }
 

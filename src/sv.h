@@ -76,6 +76,10 @@ struct sv_config {
 	/* SOFTVERBS_TRANSPORT: a peer on this host goes by shm (auto) or, to
 	 * measure or test the packet path, by UDP like any other (udp). */
 	enum sv_transport { SV_TRANSPORT_AUTO, SV_TRANSPORT_UDP } transport;
+	/* SOFTVERBS_IPV4_ID: the IPv4 identifications a received packet's
+	 * ICRC may be for: a GSO run's, 0-63 (gso), or any, as rxe and RoCE
+	 * NICs send (transport/udp/icrc.c). */
+	enum sv_ipv4_id { SV_IPV4_ID_GSO, SV_IPV4_ID_ANY } ipv4_id;
 	char source[256];		/* config file that was read, or "" */
 };
 

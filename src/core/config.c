@@ -232,6 +232,17 @@ static bool set_assist(const char *v)
 	return true;
 }
 
+static bool set_ipv4_id(const char *v)
+{
+	static const char *const names[] = { [SV_IPV4_ID_GSO] = "gso", [SV_IPV4_ID_ANY] = "any" };
+	int m;
+
+	if (!keyword(v, names, (int)SV_ARRAY_SIZE(names), &m))
+		return false;
+	cfg.ipv4_id = (enum sv_ipv4_id)m;
+	return true;
+}
+
 static const struct setting settings[] = {
 	{ "devices", set_devices, "0..8" },
 	{ "device_name", set_device_name, "letters, digits, '_' or '-', under 30 characters" },
@@ -247,6 +258,7 @@ static const struct setting settings[] = {
 	{ "cm_timeout", set_cm_timeout, "1..31, the CM response timeout's exponent" },
 	{ "cm_retries", set_cm_retries, "0..15" },
 	{ "transport", set_transport, "auto or udp" },
+	{ "ipv4_id", set_ipv4_id, "gso or any" },
 };
 
 /* `where` names the source for messages: a variable, or "file:line key". */

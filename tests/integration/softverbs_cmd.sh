@@ -47,6 +47,8 @@ if grep -q 'softverbs\[' "$TMP/wt.out"; then bad "library wrote to stdout"; else
 SOFTVERBS_LINK_LAYER=fddi ibv_devices >"$TMP/badcfg.out" 2>"$TMP/badcfg.err"
 expect "bad setting explained" "$TMP/badcfg.err" 'SOFTVERBS_LINK_LAYER="fddi" is not valid \(ib or roce\)'
 expect "bad setting keeps the default" "$TMP/badcfg.out" 'softverbs0'
+SOFTVERBS_IPV4_ID=all ibv_devices >/dev/null 2>"$TMP/badid.err"
+expect "bad IPv4 identification setting explained" "$TMP/badid.err" 'SOFTVERBS_IPV4_ID="all" is not valid \(gso or any\)'
 printf 'link_layer = roce\nmtu = 1024\n' >"$TMP/sv.conf"
 SOFTVERBS_CONFIG="$TMP/sv.conf" ibv_devinfo >"$TMP/conf" 2>&1
 expect "config file: link layer" "$TMP/conf" 'link_layer:\s+Ethernet'

@@ -19,7 +19,9 @@
 #      ICRC, unknown QPN, PSNs outside the window, a spoofed source,
 #      truncated headers, bad opcodes and sequences, wrong rkey, out of
 #      bounds, no access; the server survives, its memory outside what it
-#      allowed is untouched, and a real client still gets through;
+#      allowed is untouched, and a real client still gets through; and
+#      IPv4 numbered as rxe and RoCE NICs number it: refused by default,
+#      taken with SOFTVERBS_IPV4_ID=any;
 #   7. a seeded random mix of every RC operation (WRITE, READ, SEND, the
 #      IMM variants, both atomics; lengths 0 to 64 KiB, scattered SGEs,
 #      inline, unsignaled, fenced) on two QPs, checked against a model of
@@ -393,6 +395,20 @@ if server "$TMP/h-srv.log" $port SOFTVERBS_EXPLAIN=1 "SOFTVERBS_PCAP=$TMP/h-%p.p
 		"do not add up to its RETH length" "RDMA READ refused"; do
 		expect "the server's explain output says \"$want\"" "$TMP/h-srv.log" "$want"
 	done
+fi
+# The same raw sender, sending IPv4 as rxe and RoCE NICs do (the
+# identification numbered, the ICRC computed for it), at a server run with
+# SOFTVERBS_IPV4_ID=any: taken, unless its ICRC is off.  The hostile run
+# above, with the default, had one such WRITE refused.
+port=$((PORT++))
+if server "$TMP/f-srv.log" $port SOFTVERBS_IPV4_ID=any -- server; then
+	peer "$NSB" 60 "$TMP/f-cli.log" -- foreign --addr $B --server $A --port $port --timeout 14 \
+		--retry 7
+	r=$?
+	verdicts foreign "$TMP/f-cli.log"
+	finished "foreign client" $r "$TMP/f-cli.log"
+	wait "$SRV"
+	finished "foreign server" $? "$TMP/f-srv.log"
 fi
 
 # ---- 7. a random mix of every operation ----

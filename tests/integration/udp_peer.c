@@ -35,6 +35,9 @@
  *   hostile  crafted RoCEv2 datagrams from a raw socket at the
  *            server's live QPs (DESIGN 7: the target enforces
  *            everything), then a legitimate WRITE and SEND.
+ *   foreign  WRITEs from a raw socket with IPv4 identifications
+ *            numbered as rxe and RoCE NICs number them, at a server run
+ *            with SOFTVERBS_IPV4_ID=any: taken, unless the ICRC is off.
  *
  * Clients print "check: ok: ..." and "check: FAIL: ..." lines, which the
  * script counts, and exit 0 only when every check passed (write: 4 when
@@ -1250,13 +1253,14 @@ static int run_stream(const struct opts *o)
 /*
  * The RoCEv2 ICRC (IBA Annex A17.8) of datagram p[0..len), whose last 4
  * bytes are for it: zlib's crc32 over 8 bytes of ones, the IPv4 header
- * with TOS, TTL and checksum ones (identification 0 and DF, as
- * send_pkt() sends it), the UDP header with its checksum ones, and the
+ * with TOS, TTL and checksum ones (DF, and identification ipid, as
+ * send_pkt() sends it: 0 unless a case says), the UDP header with its checksum ones, and the
  * datagram with BTH byte 4 ones; stored little-endian.  Written from the
  * spec and icrc_check.py, not from transport/udp/icrc.c: a second
  * opinion.
  */
-static void seal(uint8_t *p, size_t len, struct in_addr src, struct in_addr dst, uint16_t sport)
+static void seal_id(uint8_t *p, size_t len, struct in_addr src, struct in_addr dst, uint16_t sport,
+		    uint16_t ipid)
 {
 	uint8_t ph[8 + 20 + 8];
 	uint8_t *ip = ph + 8, *udp = ph + 28, ones = 0xff;
@@ -1266,7 +1270,7 @@ static void seal(uint8_t *p, size_t len, struct in_addr src, struct in_addr dst,
 	ip[0] = 0x45;
 	ip[1] = 0xff;
 	put16(ip + 2, (uint16_t)(20 + 8 + len));
-	put16(ip + 4, 0);
+	put16(ip + 4, ipid);
 	put16(ip + 6, 0x4000);
 	ip[8] = 0xff;
 	ip[9] = IPPROTO_UDP;
@@ -1283,6 +1287,11 @@ static void seal(uint8_t *p, size_t len, struct in_addr src, struct in_addr dst,
 	crc = crc32(crc, p + 5, (uInt)(len - 4 - 5));
 	for (int i = 0; i < 4; i++)
 		p[len - 4 + i] = (uint8_t)(crc >> (8 * i));
+}
+
+static void seal(uint8_t *p, size_t len, struct in_addr src, struct in_addr dst, uint16_t sport)
+{
+	seal_id(p, len, src, dst, sport, 0);
 }
 
 /* BTH (IBA 9.2): opcode, SE/M/pad/TVer, P_Key, DestQP, AckReq and PSN. */
@@ -1315,6 +1324,7 @@ struct pkt {
 	size_t len;
 	bool spoof;		/* from the second address */
 	bool seen;		/* found in the server's capture */
+	uint16_t ipid;		/* its IPv4 identification (0: as softverbs sends) */
 };
 
 #define MAX_PKTS 40
@@ -1357,6 +1367,18 @@ static struct pkt *forge(struct hostile *x, const char *what, uint8_t opcode, ui
 	return k;
 }
 
+/* k as a sender that numbers its IPv4 identifications sends it (rxe,
+ * RoCE NICs): ipid in its header, its ICRC for that (bad: one bit off). */
+static struct pkt *renumber(struct hostile *x, struct pkt *k, uint16_t ipid, bool bad_icrc)
+{
+	k->ipid = ipid;
+	seal_id(k->buf, k->len, k->spoof ? x->other : x->me, x->srv,
+		k->spoof ? x->spoof_port : x->port, ipid);
+	if (bad_icrc)
+		k->buf[k->len - 1] ^= 0x01;
+	return k;
+}
+
 /* Raw bytes, no ICRC computed (the truncated and garbage ones). */
 static struct pkt *raw_pkt(struct hostile *x, const char *what, const uint8_t *b, size_t len)
 {
@@ -1374,9 +1396,9 @@ static struct pkt *raw_pkt(struct hostile *x, const char *what, const uint8_t *b
 
 /*
  * Each datagram leaves through a raw socket with headers of our making,
- * as an attacker's would: IPv4 with DF and identification 0 (the kernel
- * fills in the total length and the checksum, raw(7), and leaves a DF
- * packet's identification 0), UDP to 4791 with checksum 0 (none, which
+ * as an attacker's would: IPv4 with DF and identification 0 or the
+ * case's (the kernel fills in the total length and the checksum, raw(7),
+ * and leaves a DF packet's identification as given), UDP to 4791 with checksum 0 (none, which
  * an IPv4 receiver accepts and RoCEv2 permits, Annex A17).  The source
  * address is whatever the case says, the second one bound by no socket.
  */
@@ -1388,6 +1410,7 @@ static void send_pkt(struct hostile *x, const struct pkt *k)
 
 	memset(d, 0, 28);
 	d[0] = 0x45;
+	put16(d + 4, k->ipid);
 	put16(d + 6, 0x4000);
 	d[8] = 64;
 	d[9] = IPPROTO_UDP;
@@ -1612,6 +1635,15 @@ static int run_hostile(const struct opts *o)
 			   OP_SEND_ONLY, qpn[QP_MAIN], psn[QP_MAIN], NULL, 0, 0xe4, 64, 0, true,
 			   false));
 	BAD_WRITE("WRITE with BTH TVer 1", qpn[QP_MAIN], psn[QP_MAIN], 1, false, false);
+	/* As rxe and RoCE NICs send IPv4: refused by default, since a UDP
+	 * socket cannot see the identification (SOFTVERBS_IPV4_ID=gso;
+	 * section 7 of udp_faults.sh runs the "foreign" mode with any). */
+	n = reth(e, dva + off_bad + 64 * (uint64_t)k, drk, 64);
+	send_pkt(&x, renumber(&x, forge(&x, "WRITE with IPv4 identification 0x718c, its ICRC for it "
+					"(as rxe and NICs send)", OP_WRITE_ONLY, qpn[QP_MAIN],
+					psn[QP_MAIN], e, n, (uint8_t)(0xa0 + k), 64, 0, false,
+					false), 0x718c, false));
+	k++;
 	{
 		uint8_t b[64];
 		memset(b, 0, sizeof(b));
@@ -1830,6 +1862,76 @@ static int run_hostile(const struct opts *o)
 	}
 	ibv_dereg_mr(mr_w);
 	ibv_dereg_mr(mr_s);
+	cli_close(c);
+	close(x.sock);
+	free(data);
+	return failures ? 1 : 0;
+}
+
+/* ---- foreign: IPv4 as rxe and RoCE NICs send it ---- */
+
+/*
+ * A server run with SOFTVERBS_IPV4_ID=any takes RoCEv2 packets whose IPv4
+ * identification is numbered, as the kernel's rxe and RoCE NICs number
+ * theirs, and whose ICRC is computed for it: a WRITE carrying 0x718c (the
+ * ConnectX-4 Lx frame's) lands, one carrying 0xbeef with its ICRC one bit
+ * off does not, and a legitimate WRITE still completes.  The default
+ * refuses the first too (hostile).
+ */
+static int run_foreign(const struct opts *o)
+{
+	static struct hostile x;
+	struct cli *c = &x.c;
+	const uint32_t recvs[2] = { 0 };
+	const uint64_t off_taken = 0x1000, off_bad = 0x2000, off_legit = 0x3000;
+	uint8_t e[64], legit[256];
+	struct report r;
+	uint8_t *data = malloc(DATA_LEN);
+
+	if (!data)
+		die("out of memory");
+	cli_setup(c, o, 2, recvs, NULL, NULL);
+	if (c->w.data_len != DATA_LEN)
+		die("unexpected data MR length");
+	if (inet_pton(AF_INET, o->addr, &x.me) != 1 || inet_pton(AF_INET, o->server, &x.srv) != 1)
+		die("foreign needs --addr and --server (IPv4)");
+	x.sock = socket(AF_INET, SOCK_RAW | SOCK_CLOEXEC, IPPROTO_RAW);
+	if (x.sock < 0)
+		die("raw socket: %s (the foreign case needs CAP_NET_RAW)", strerror(errno));
+	x.port = 0xc000 | (uint16_t)(getpid() & 0x3fff);
+	uint64_t dva = c->w.data_va;
+	uint32_t drk = c->w.data_rkey;
+	size_t n = reth(e, dva + off_taken, drk, 64);
+	send_pkt(&x, renumber(&x, forge(&x, "WRITE with IPv4 identification 0x718c", OP_WRITE_ONLY,
+					c->w.qp[0].qpn, c->h.qp[0].psn, e, n, 0xc1, 64, 0, false,
+					false), 0x718c, false));
+	n = reth(e, dva + off_bad, drk, 64);
+	send_pkt(&x, renumber(&x, forge(&x, "WRITE with IPv4 identification 0xbeef, ICRC one bit off",
+					OP_WRITE_ONLY, c->w.qp[1].qpn, c->h.qp[1].psn, e, n, 0xc2, 64,
+					0, false, false), 0xbeef, true));
+	usleep(300000);
+	for (size_t i = 0; i < sizeof(legit); i++)
+		legit[i] = (uint8_t)(i * 5 + 3);
+	struct ibv_mr *mr = reg(&c->d, legit, sizeof(legit), IBV_ACCESS_LOCAL_WRITE);
+	if (post_one(c->qp[1], IBV_WR_RDMA_WRITE, 1, legit, sizeof(legit), mr->lkey,
+		     dva + off_legit, drk, 0))
+		die("ibv_post_send failed");
+	struct ibv_wc wc;
+	bool got = poll_one(c->cq, &wc, now_ms() + 10000);
+	check(got && wc.status == IBV_WC_SUCCESS,
+	      "foreign: afterwards a legitimate WRITE on the other QP completes: %s",
+	      got ? ibv_wc_status_str(wc.status) : "no completion in 10 s");
+	cli_report(c, &r, data);
+	check(all_bytes(data + off_taken, 64, 0xc1, NULL),
+	      "foreign: the WRITE with IPv4 identification 0x718c landed");
+	bool same = true;
+	for (size_t j = 0; j < 64; j++)
+		same = same && data[off_bad + j] == init_byte(off_bad + j);
+	check(same, "foreign: the WRITE whose ICRC was one bit off did not");
+	check(!memcmp(data + off_legit, legit, sizeof(legit)),
+	      "foreign: the legitimate WRITE's bytes are in the server's MR");
+	check(r.canary_ok, "foreign: the server's canaries are intact");
+	ibv_dereg_mr(mr);
 	cli_close(c);
 	close(x.sock);
 	free(data);
@@ -2430,7 +2532,7 @@ static void usage(void)
 	fprintf(stderr,
 		"usage: %s server --addr A --port P [--conns N] [--expect-counter V] [--pidfile F]\n"
 		"       %s fakeresp --addr A --port P (the scripted responder of stale)\n"
-		"       %s atomic|write|retry|rnr|stream|hostile|mix|stale --addr B --server A --port P\n"
+		"       %s atomic|write|retry|rnr|stream|hostile|foreign|mix|stale --addr B --server A --port P\n"
 		"          [--count N] [--size S] [--depth D] [--timeout T] [--retry R]\n"
 		"          [--rnr-retry R] [--out FILE] [--ready FILE] [--spoof ADDR]\n"
 		"          [--hold FILE] (hostile: wait for FILE before closing)\n"
@@ -2514,6 +2616,8 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(o.mode, "hostile"))
 		return run_hostile(&o);
+	if (!strcmp(o.mode, "foreign"))
+		return run_foreign(&o);
 	if (!strcmp(o.mode, "mix"))
 		return run_mix(&o);
 	if (!strcmp(o.mode, "stale"))

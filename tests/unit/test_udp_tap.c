@@ -229,6 +229,15 @@ static void test_icrc_hardware_vector(void **state)
 	f.tclass = 0, f.ttl = 1;
 	pkt[4] = 0x80;					/* FECN instead of BECN */
 	assert_true(sv_icrc_ok(&f, pkt, CX4_LEN + 4));
+
+	/* 4. A receiver that solves for the identification
+	 * (SOFTVERBS_IPV4_ID=any) takes the NIC's frame as it came and finds
+	 * the NIC's 0x718c; the default refuses it (step 3). */
+	assert_int_equal(sv_icrc_check_any(&f, cx4_cnp + CX4_BTH, CX4_LEN + 4, 0), 0x718c);
+	assert_int_equal(sv_icrc_check_any(&f, pkt, CX4_LEN + 4, 0), 0);
+	memcpy(pkt, cx4_cnp + CX4_BTH, CX4_LEN + 4);
+	pkt[CX4_LEN - 1] ^= 0x04;
+	assert_int_equal(sv_icrc_check_any(&f, pkt, CX4_LEN + 4, 0), -1);
 }
 
 /* An RC RDMA WRITE ONLY: BTH, RETH, 13 bytes, 3 of pad (IBA 9.3.1). */
@@ -473,6 +482,61 @@ static void test_icrc_identification(void **state)
 	assert_int_equal(sv_icrc_check(&f6, pkt, len + 4, 5), 0);
 	put_le32(pkt + len, c6 ^ sv_icrc_id(len, 5));
 	assert_int_equal(sv_icrc_check(&f6, pkt, len + 4, 5), -1);
+}
+
+/*
+ * SOFTVERBS_IPV4_ID=any: every 16-bit identification, as rxe and RoCE NICs
+ * number theirs, solved from the ICRC; DF or not.  Checked against zlib
+ * over headers carrying the identification (icrc_hand.h), at six lengths;
+ * the default check refuses each, and a flipped bit is refused by both.
+ */
+static void test_icrc_any_identification(void **state)
+{
+	static const size_t lens[] = { 12, 24, 60, 300, 1100, 4108 };
+	static const uint16_t ids[] = { 64, 100, 255, 256, 0x1234, 0x718c, 0x8000, 0xffff };
+	static const size_t flips[] = { 0, 3, 11, 12, 17 };
+	struct sv_flow f = flow_v4("198.18.0.2", "198.18.0.1", 49999, 4791);
+	static uint8_t pkt[4108 + 4];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(pkt); i++)
+		pkt[i] = (uint8_t)(i * 41 + 7);
+	for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
+		size_t len = lens[li];
+		for (size_t k = 0; k < sizeof(ids) / sizeof(ids[0]); k++) {
+			for (int df = 0; df < 2; df++) {
+				uint16_t id = ids[k];
+				put_le32(pkt + len, hand_icrc_v4_id(&f, pkt, len, df, id));
+				assert_int_equal(sv_icrc_check(&f, pkt, len + 4, 0), -1);
+				if (sv_icrc_check_any(&f, pkt, len + 4, 0) != id)
+					fail_msg("length %zu, identification 0x%04x, DF %d: %d", len,
+						 id, df, sv_icrc_check_any(&f, pkt, len + 4, 0));
+				for (size_t x = 0; x < sizeof(flips) / sizeof(flips[0]); x++) {
+					size_t at = flips[x] * len / 17;	/* the ICRC's own last byte too */
+					if (at == 4)
+						at = 5;	/* BTH resv8a: masked, changes nothing */
+					pkt[at] ^= 0x01;
+					if (sv_icrc_check_any(&f, pkt, len + 4, 0) != -1)
+						fail_msg("length %zu, identification 0x%04x: bit 0 of byte "
+							 "%zu flipped, and taken", len, id, at);
+					pkt[at] ^= 0x01;
+				}
+			}
+		}
+		/* Below 64, the same as the default; with the hint too. */
+		put_le32(pkt + len, hand_icrc_v4_id(&f, pkt, len, true, 5));
+		assert_int_equal(sv_icrc_check_any(&f, pkt, len + 4, 5), 5);
+		assert_int_equal(sv_icrc_check_any(&f, pkt, len + 4, 0), 5);
+	}
+	/* IPv6 stays exact: no identification to solve for. */
+	struct sv_flow f6 = flow_v6("fd00::1", "fd00::2", 49999, 4791);
+	size_t len = write_only(pkt);
+	struct iovec v6 = { .iov_base = pkt, .iov_len = len };
+	uint32_t c6 = sv_icrc(&f6, &v6, 1, len);
+	put_le32(pkt + len, c6 ^ sv_icrc_id(len, 0x30));
+	assert_int_equal(sv_icrc_check_any(&f6, pkt, len + 4, 0), -1);
+	put_le32(pkt + len, c6);
+	assert_int_equal(sv_icrc_check_any(&f6, pkt, len + 4, 0), 0);
 }
 
 /*
@@ -1552,6 +1616,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_flow_cmsg),
 		cmocka_unit_test(test_icrc_ipv4_df),
 		cmocka_unit_test(test_icrc_identification),
+		cmocka_unit_test(test_icrc_any_identification),
 		cmocka_unit_test(test_icrc_iovecs),
 		cmocka_unit_test(test_icrc_lengths),
 		cmocka_unit_test(test_icrc_upper_clean),

@@ -27,7 +27,8 @@
  * socket, except in a GSO run (below).  rxe numbers its own
  * (__ip_select_ident), and so does a ConnectX-4 Lx (unit.udp_tap's
  * captured frame); a UDP socket cannot see them, so over IPv4 their
- * packets fail our check.
+ * packets pass our check only where the receiver solves for the
+ * identification (SOFTVERBS_IPV4_ID=any, sv_icrc_check_any).
  */
 #define _GNU_SOURCE
 #include <string.h>
@@ -194,9 +195,9 @@ uint32_t sv_icrc(const struct sv_flow *f, const struct iovec *pkt, int n, size_t
  * puts the k-th packet k-th in its datagram, the hint, and packets that
  * the receiver's GRO merged from a wire may start anywhere in a run.
  * That lets a corrupted packet through with probability about 64 in
- * 2^32, not 1 in 2^32.  (Accepting every identification, which a
- * receiver of rxe's or a NIC's IPv4 packets would need, would make it 1
- * in 2^16.)
+ * 2^32, not 1 in 2^32.  Accepting every identification, which a
+ * receiver of rxe's or a NIC's IPv4 packets needs, makes it 1 in 2^16:
+ * only where the user asks for it (sv_icrc_check_any, below).
  *
  * The identification enters the CRC linearly: with the rest fixed,
  * ICRC(id) = ICRC(0) ^ D(id), D being the CRC, with no preset and no
@@ -303,7 +304,68 @@ uint32_t sv_icrc_id(size_t len, unsigned id)
 	return id_sum(id_basis(len), id);
 }
 
-int sv_icrc_check(const struct sv_flow *f, const uint8_t *buf, size_t len, unsigned hint)
+/*
+ * Every identification (SOFTVERBS_IPV4_ID=any): D is one-to-one on 16-bit
+ * identifications (the two bytes' remainder is themselves, and x is a unit
+ * mod P), so D(2^0) ... D(2^15) span a 16-dimensional space of 32-bit
+ * differences, and a difference in it is D of exactly one identification.
+ * It is found by elimination: the basis as rows, each free of the
+ * leading bits of the rows before it and knowing which identification
+ * bits make it, taken in order; kept per packet length, per thread, like
+ * the basis above.  A corrupted packet's difference is in that space with
+ * probability 2^16 in 2^32.
+ */
+#define ANY_BITS	16
+
+struct id_solver {
+	size_t len;			/* + 1; 0 an empty slot */
+	uint32_t row[ANY_BITS];
+	uint16_t bits[ANY_BITS];	/* the identification bits row[i] is D of */
+	uint8_t lead[ANY_BITS];		/* row[i]'s leading bit: no later row has it */
+};
+
+static const struct id_solver *id_solver(size_t len)
+{
+	static __thread struct id_solver kept[ID_KEPT];
+	static __thread unsigned next;
+
+	for (unsigned i = 0; i < ID_KEPT; i++)
+		if (kept[i].len == len + 1)
+			return &kept[i];
+	struct id_solver *s = &kept[next++ % ID_KEPT];
+	uint32_t x = xpow8((uint32_t)(IPV4_HDR - 6 + UDP_HDR + len));
+	for (int i = 0; i < ANY_BITS; i++) {
+		uint32_t v = mulmod(id_rem(1u << i), x);
+		uint16_t b = (uint16_t)(1u << i);
+		for (int j = 0; j < i; j++)
+			if (v >> s->lead[j] & 1) {
+				v ^= s->row[j];
+				b ^= s->bits[j];
+			}
+		/* v != 0: D is one-to-one. */
+		s->row[i] = v;
+		s->bits[i] = b;
+		s->lead[i] = (uint8_t)(31 - __builtin_clz(v));
+	}
+	s->len = len + 1;
+	return s;
+}
+
+/* The identification whose D is diff, or -1 when none is. */
+static int id_solve(size_t len, uint32_t diff)
+{
+	const struct id_solver *s = id_solver(len);
+	unsigned id = 0;
+
+	for (int i = 0; i < ANY_BITS; i++)
+		if (diff >> s->lead[i] & 1) {
+			diff ^= s->row[i];
+			id ^= s->bits[i];
+		}
+	return diff ? -1 : (int)id;
+}
+
+static int check(const struct sv_flow *f, const uint8_t *buf, size_t len, unsigned hint, bool any)
 {
 	struct iovec iov;
 	uint32_t want;
@@ -323,9 +385,14 @@ int sv_icrc_check(const struct sv_flow *f, const uint8_t *buf, size_t len, unsig
 		const uint32_t *d = id_basis(len);
 		if (hint && hint < SV_ICRC_IDS && id_sum(d, hint) == diff)
 			return (int)hint;
-		/* Every identification, in Gray code order: one XOR a step. */
+		/* Every identification: solved for, when any is; else those
+		 * below SV_ICRC_IDS in Gray code order, one XOR a step (the
+		 * solution is unique, so both find the same one). */
+		int id = any ? id_solve(len, diff) : -1;
+		if (id >= 0)
+			return id;
 		uint32_t v = 0;
-		for (unsigned k = 1; k < SV_ICRC_IDS; k++) {
+		for (unsigned k = 1; !any && k < SV_ICRC_IDS; k++) {
 			v ^= d[__builtin_ctz(k)];
 			if (v == diff)
 				return (int)(k ^ k >> 1);
@@ -333,8 +400,21 @@ int sv_icrc_check(const struct sv_flow *f, const uint8_t *buf, size_t len, unsig
 		/* A sender that lets its datagrams fragment: rare (rxe and we
 		 * set DF), so it pays a second pass rather than every packet
 		 * paying a crc32_combine. */
-		if (icrc(&f0, &iov, 1, len, false) == want)
+		diff = icrc(&f0, &iov, 1, len, false) ^ want;
+		if (!diff)
 			return 0;
+		if (any)
+			return id_solve(len, diff);
 	}
 	return -1;
+}
+
+int sv_icrc_check(const struct sv_flow *f, const uint8_t *buf, size_t len, unsigned hint)
+{
+	return check(f, buf, len, hint, false);
+}
+
+int sv_icrc_check_any(const struct sv_flow *f, const uint8_t *buf, size_t len, unsigned hint)
+{
+	return check(f, buf, len, hint, true);
 }

@@ -178,6 +178,7 @@ struct sv_link_ep {
 	pthread_mutex_t tick_lock;	/* one tick at a time, next_tick its result */
 	struct sv_poll_window win;	/* the poller window (thread) */
 	uint64_t linger_until;		/* the thread looks without sleeping until then */
+	bool any_id;			/* SOFTVERBS_IPV4_ID=any (icrc.c) */
 	/* What other processes forwarded here (the registry's count), and
 	 * the count as of a poller's last read of the forwarding socket
 	 * that emptied it (rx_lock). */
@@ -385,7 +386,9 @@ static int deliver(struct sv_link_ep *l, const uint8_t *buf, size_t len, const s
 	struct sv_flow f;
 
 	flow_of(&f, r, false);
-	int id = len < sizeof(struct ib_bth) + 4 ? -1 : sv_icrc_check(&f, buf, len, id_hint);
+	int id = len < sizeof(struct ib_bth) + 4 ? -1 :
+		 l->any_id ? sv_icrc_check_any(&f, buf, len, id_hint) :
+			      sv_icrc_check(&f, buf, len, id_hint);
 	if (sv_pcap_on()) {
 		struct iovec v = { (void *)buf, len };
 		f.ipid = id > 0 ? (uint16_t)id : 0;	/* the frame its ICRC was made for */
@@ -663,6 +666,7 @@ static struct sv_link_ep *link_open(struct sv_context *c, char *why, size_t len)
 	setsockopt(l->sock, IPPROTO_IP, IP_MULTICAST_ALL, &zero, sizeof(zero));
 	pthread_mutex_init(&l->mc_lock, NULL);
 	pthread_mutex_init(&l->tick_lock, NULL);
+	l->any_id = sv_config()->ipv4_id == SV_IPV4_ID_ANY;
 	/* Segments of one sender's burst come up in one read (UDP GRO);
 	 * without it, one packet a read. */
 	setsockopt(l->sock, SOL_UDP, UDP_GRO, &one, sizeof(one));

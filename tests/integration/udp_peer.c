@@ -1636,8 +1636,9 @@ static int run_hostile(const struct opts *o)
 			   false));
 	BAD_WRITE("WRITE with BTH TVer 1", qpn[QP_MAIN], psn[QP_MAIN], 1, false, false);
 	/* As rxe and RoCE NICs send IPv4: refused by default, since a UDP
-	 * socket cannot see the identification (SOFTVERBS_IPV4_ID=gso;
-	 * section 7 of udp_faults.sh runs the "foreign" mode with any). */
+	 * socket cannot see the identification (SOFTVERBS_IPV4_ID=gso; the
+	 * end of udp_faults.sh's section 6 runs the "foreign" mode with
+	 * any). */
 	n = reth(e, dva + off_bad + 64 * (uint64_t)k, drk, 64);
 	send_pkt(&x, renumber(&x, forge(&x, "WRITE with IPv4 identification 0x718c, its ICRC for it "
 					"(as rxe and NICs send)", OP_WRITE_ONLY, qpn[QP_MAIN],

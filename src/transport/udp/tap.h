@@ -112,8 +112,10 @@ static inline bool sv_icrc_ok(const struct sv_flow *f, const uint8_t *buf, size_
 	return sv_icrc_check(f, buf, len, 0) >= 0;
 }
 /* As sv_icrc_check, and past the identifications below SV_ICRC_IDS any
- * 16-bit one, as rxe and RoCE NICs number theirs (SOFTVERBS_IPV4_ID=any):
- * a corrupted IPv4 packet then passes with probability 1 in 2^16. */
+ * 16-bit one of a DF header, as rxe and RoCE NICs number theirs
+ * (SOFTVERBS_IPV4_ID=any): a corrupted IPv4 packet then passes with
+ * probability 1 in 2^16, and a single-bit error at about one place in
+ * 2^16 of a length too. */
 int sv_icrc_check_any(const struct sv_flow *f, const uint8_t *buf, size_t len, unsigned hint);
 
 /* ---- pcap.c ---- */

@@ -167,7 +167,10 @@ struct sv_link_ep {
 	 * Stored by the thread before it reads want_at and last_poll again,
 	 * read by want_tick() and link_poll() after they store those (all
 	 * sequentially consistent): either the thread sees the new time or
-	 * poll, or they see it asleep past it and kick. */
+	 * poll, or they see it asleep past it and kick.  A thread that found
+	 * pollers (watching false) reads neither again and is not kicked for
+	 * a time: the polls tick, and its next look, a window on, finds
+	 * whether they still go on. */
 	_Atomic uint64_t wake_at;
 	atomic_bool watching;
 	_Atomic uint64_t last_poll;	/* a CQ poller received last then */
@@ -498,8 +501,10 @@ static int receive(struct sv_link_ep *l, bool poller, uint64_t now)
  * read: a futex wait, and a futex wake in the poller's next unlock.  A
  * one-sided stream's sender (ib_write_bw, 1 MiB) and each side of
  * ib_send_lat met this some 1,500 times a second (docs/performance.md).
- * A timer of a poller that stops is late by one window at most: the
- * thread's next look finds the window closed and ticks.
+ * A timer of a poller that stops waits for the look that finds the
+ * window closed, two windows (2 ms) at most, as a held ACK does
+ * (window.h).  Packets that fault injection held back are the polls' too
+ * (link_poll).
  */
 static uint64_t earliest(uint64_t a, uint64_t b)
 {
@@ -1068,8 +1073,9 @@ static int link_send(struct sv_link_ep *l, int fd, const struct sv_route *r, con
 		int err = sv_wire_send(fd, &b->lto.sa, tolen, f, l->ctx->ep, iov, n + 1, len + 4,
 				       &due);
 		/* A packet held back (reorder, delay) leaves with the next one
-		 * or, at its due time, by the thread's sv_wire_flush(): the
-		 * thread must look then, though nothing else may wake it. */
+		 * or, at its due time, by sv_wire_flush(): the thread's, which
+		 * must look then, though nothing else may wake it, or while
+		 * pollers are active theirs (link_poll). */
 		if (due)
 			link_want_tick(l, due);
 		return err;
@@ -1118,11 +1124,14 @@ static bool link_poll(struct sv_link_ep *l, bool armed)
 		return n > 0;
 	}
 	sv_pkt_rx_unlock_poller(l->ctx);
-	/* The timers are the pollers' while they poll (rx_thread). */
+	/* The timers are the pollers' while they poll (rx_thread), and so
+	 * are the packets fault injection holds back: the thread is not
+	 * kicked for them then (link_want_tick). */
 	if (tick_due(l) <= now && !pthread_mutex_trylock(&l->tick_lock)) {
 		link_tick(l, sv_now_ns());
 		pthread_mutex_unlock(&l->tick_lock);
 	}
+	sv_wire_flush(now);
 	return n > 0;
 }
 

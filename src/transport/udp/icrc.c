@@ -203,8 +203,8 @@ uint32_t sv_icrc(const struct sv_flow *f, const struct iovec *pkt, int n, size_t
  * ICRC(id) = ICRC(0) ^ D(id), D being the CRC, with no preset and no
  * final complement, of the two identification bytes followed by the
  * bytes after them as zeros: the two bytes' remainder times x^(8m) mod P,
- * m the bytes after them.  D of each power of two below SV_ICRC_IDS is
- * kept per packet length, per thread: a run's packets share one length.
+ * m the bytes after them.  D of each power of two is kept per packet
+ * length, per thread: a run's packets share one length.
  */
 #define POLY_REFLECTED	0xedb88320u	/* P, bit-reflected: x^0 at bit 31 */
 #define ID_BITS		6		/* SV_ICRC_IDS == 1 << ID_BITS */
@@ -261,31 +261,55 @@ static uint32_t id_rem(unsigned id)
 	return c;
 }
 
+/*
+ * Every identification (SOFTVERBS_IPV4_ID=any): D is one-to-one on 16-bit
+ * identifications (the two bytes' polynomial, of degree below 16, times
+ * x^(32 + 8m), and x is a unit mod P), so D(2^0) ... D(2^15) span a
+ * 16-dimensional space of 32-bit differences, and a difference in it is D
+ * of exactly one identification.  It is found by elimination: the basis
+ * as rows, each free of the leading bits of the rows before it and
+ * knowing which identification bits make it, taken in order.  A corrupted
+ * packet's difference is in that space with probability 2^16 in 2^32, and
+ * so is a single flipped bit's, whose difference depends only on its
+ * place: CRC-32 no longer catches every single-bit error, only all but
+ * about one place in 2^16.  Only a DF header is solved for, as rxe and
+ * NICs send: solving the header without DF as well would double those
+ * odds.
+ */
+#define ANY_BITS	16
+
+/* One packet length's basis: D of each identification bit, and the same
+ * reduced for solving, made on first use. */
 struct id_basis {
-	size_t len;
-	uint32_t d[ID_BITS];
+	size_t len;			/* + 1; 0 an empty slot */
+	uint32_t d[ANY_BITS];
+	bool reduced;
+	uint32_t row[ANY_BITS];
+	uint16_t bits[ANY_BITS];	/* the identification bits row[i] is D of */
+	uint8_t lead[ANY_BITS];		/* row[i]'s leading bit: no later row has it */
 };
 
-/* Kept: a run's full packets' length and its last one's, on each side of
- * a few QPs; a miss costs some 10 multiplications. */
+/* Kept per thread: a run's full packets' length and its last one's, on
+ * each side of a few QPs; a miss costs some 30 multiplications. */
 #define ID_KEPT		8
 
-static const uint32_t *id_basis(size_t len)
+static struct id_basis *id_basis(size_t len)
 {
 	static __thread struct id_basis kept[ID_KEPT];
 	static __thread unsigned next;
 
 	for (unsigned i = 0; i < ID_KEPT; i++)
 		if (kept[i].len == len + 1)
-			return kept[i].d;
+			return &kept[i];
 	struct id_basis *b = &kept[next++ % ID_KEPT];
 	/* After the identification: the rest of the IPv4 header, UDP, the
 	 * packet. */
 	uint32_t x = xpow8((uint32_t)(IPV4_HDR - 6 + UDP_HDR + len));
-	for (int i = 0; i < ID_BITS; i++)
+	for (int i = 0; i < ANY_BITS; i++)
 		b->d[i] = mulmod(id_rem(1u << i), x);
-	b->len = len + 1;	/* 0: an empty slot */
-	return b->d;
+	b->reduced = false;
+	b->len = len + 1;
+	return b;
 }
 
 /* D(id) from the basis d of its packet's length. */
@@ -301,71 +325,34 @@ static uint32_t id_sum(const uint32_t *d, unsigned id)
 
 uint32_t sv_icrc_id(size_t len, unsigned id)
 {
-	return id_sum(id_basis(len), id);
-}
-
-/*
- * Every identification (SOFTVERBS_IPV4_ID=any): D is one-to-one on 16-bit
- * identifications (the two bytes' polynomial, of degree below 16, times
- * x^(32 + 8m), and x is a unit mod P), so D(2^0) ... D(2^15) span a
- * 16-dimensional space of 32-bit differences, and a difference in it is D
- * of exactly one identification.
- * It is found by elimination: the basis as rows, each free of the
- * leading bits of the rows before it and knowing which identification
- * bits make it, taken in order; kept per packet length, per thread, like
- * the basis above.  A corrupted packet's difference is in that space with
- * probability 2^16 in 2^32, and so is a single flipped bit's, whose
- * difference depends only on its place: CRC-32 no longer catches every
- * single-bit error, only all but about one place in 2^16.  Only a DF
- * header is solved for, as rxe and NICs send: solving the header without
- * DF as well would double those odds.
- */
-#define ANY_BITS	16
-
-struct id_solver {
-	size_t len;			/* + 1; 0 an empty slot */
-	uint32_t row[ANY_BITS];
-	uint16_t bits[ANY_BITS];	/* the identification bits row[i] is D of */
-	uint8_t lead[ANY_BITS];		/* row[i]'s leading bit: no later row has it */
-};
-
-static const struct id_solver *id_solver(size_t len)
-{
-	static __thread struct id_solver kept[ID_KEPT];
-	static __thread unsigned next;
-
-	for (unsigned i = 0; i < ID_KEPT; i++)
-		if (kept[i].len == len + 1)
-			return &kept[i];
-	struct id_solver *s = &kept[next++ % ID_KEPT];
-	uint32_t x = xpow8((uint32_t)(IPV4_HDR - 6 + UDP_HDR + len));
-	for (int i = 0; i < ANY_BITS; i++) {
-		uint32_t v = mulmod(id_rem(1u << i), x);
-		uint16_t b = (uint16_t)(1u << i);
-		for (int j = 0; j < i; j++)
-			if (v >> s->lead[j] & 1) {
-				v ^= s->row[j];
-				b ^= s->bits[j];
-			}
-		/* v != 0: D is one-to-one. */
-		s->row[i] = v;
-		s->bits[i] = b;
-		s->lead[i] = (uint8_t)(31 - __builtin_clz(v));
-	}
-	s->len = len + 1;
-	return s;
+	return id_sum(id_basis(len)->d, id);
 }
 
 /* The identification whose D is diff, or -1 when none is. */
-static int id_solve(size_t len, uint32_t diff)
+static int id_solve(struct id_basis *b, uint32_t diff)
 {
-	const struct id_solver *s = id_solver(len);
 	unsigned id = 0;
 
+	if (!b->reduced) {
+		for (int i = 0; i < ANY_BITS; i++) {
+			uint32_t v = b->d[i];
+			uint16_t m = (uint16_t)(1u << i);
+			for (int j = 0; j < i; j++)
+				if (v >> b->lead[j] & 1) {
+					v ^= b->row[j];
+					m ^= b->bits[j];
+				}
+			/* v != 0: D is one-to-one. */
+			b->row[i] = v;
+			b->bits[i] = m;
+			b->lead[i] = (uint8_t)(31 - __builtin_clz(v));
+		}
+		b->reduced = true;
+	}
 	for (int i = 0; i < ANY_BITS; i++)
-		if (diff >> s->lead[i] & 1) {
-			diff ^= s->row[i];
-			id ^= s->bits[i];
+		if (diff >> b->lead[i] & 1) {
+			diff ^= b->row[i];
+			id ^= b->bits[i];
 		}
 	return diff ? -1 : (int)id;
 }
@@ -387,20 +374,23 @@ static int check(const struct sv_flow *f, const uint8_t *buf, size_t len, unsign
 	if (!diff)
 		return 0;
 	if (f->v4) {
-		const uint32_t *d = id_basis(len);
-		if (hint && hint < SV_ICRC_IDS && id_sum(d, hint) == diff)
+		struct id_basis *b = id_basis(len);
+		if (hint && hint < SV_ICRC_IDS && id_sum(b->d, hint) == diff)
 			return (int)hint;
-		/* Every identification: solved for, when any is; else those
-		 * below SV_ICRC_IDS in Gray code order, one XOR a step (the
-		 * solution is unique, so both find the same one). */
-		int id = any ? id_solve(len, diff) : -1;
-		if (id >= 0)
-			return id;
-		uint32_t v = 0;
-		for (unsigned k = 1; !any && k < SV_ICRC_IDS; k++) {
-			v ^= d[__builtin_ctz(k)];
-			if (v == diff)
-				return (int)(k ^ k >> 1);
+		if (any) {
+			/* Solved for: the solution is unique, 0-63 included. */
+			int id = id_solve(b, diff);
+			if (id >= 0)
+				return id;
+		} else {
+			/* Those below SV_ICRC_IDS, in Gray code order: one XOR
+			 * a step. */
+			uint32_t v = 0;
+			for (unsigned k = 1; k < SV_ICRC_IDS; k++) {
+				v ^= b->d[__builtin_ctz(k)];
+				if (v == diff)
+					return (int)(k ^ k >> 1);
+			}
 		}
 		/* A sender that lets its datagrams fragment: rare (rxe and we
 		 * set DF), so it pays a second pass rather than every packet

@@ -444,6 +444,8 @@ bool sv_pkt_owns(struct sv_context *c, uint32_t qpn);
 int sv_pkt_qp_route(struct sv_qp *qp, const struct ibv_qp_attr *attr, int mask, char *why,
 		    size_t len);
 void sv_pkt_qp_detach(struct sv_qp *qp);	/* RESET, destroy */
+/* ERR: the receive WQE of a message under way completes flushed. */
+void sv_pkt_rq_flush_held(struct sv_qp *qp);
 /* A UD QP attached to (join) or detached from a multicast group: the
  * context's link takes the group's packets from other hosts while any
  * of its QPs is a member. */

@@ -43,8 +43,12 @@
  * found when all are in use waits for the ACK timeout. */
 #define PKT_REPAIRS		32u
 /* Atomic results kept for duplicates (IBA 9.7.5.3.2: a responder
- * answers a repeated atomic from its record, never executing it twice). */
-#define PKT_ATOMIC_RES		16u
+ * answers a repeated atomic from its record, never executing it twice):
+ * one for each atomic a requester may have outstanding at it, as many
+ * as max_dest_rd_atomic allows (rxe keeps that many resources).  Fewer
+ * would leave a retried atomic, whose answer was lost while later ones
+ * ran, with no answer at all: RETRY_EXC_ERR on a healthy connection. */
+#define PKT_ATOMIC_RES		SV_MAX_QP_RD_ATOM
 #define PKT_HASH		256u
 #define PKT_HDR_MAX		64u
 
@@ -93,6 +97,9 @@ struct pkt_qp {
 	} rep[PKT_REPAIRS];
 	uint32_t nrep, rep_seq;
 	uint32_t rd_seen;		/* the PSN after the last first-sent one answered */
+	/* A WQE failed: none after it starts (they flush when it takes the
+	 * QP to Error), as rxe's requester stops at its error. */
+	bool halted;
 	bool probing;			/* after a timeout: only probe_psn goes until progress */
 	bool tail_probe;		/* a tail-loss probe at probe_psn awaits its answer */
 	bool tlp_armed;			/* the deadline is a tail-loss probe's, not a timeout */
@@ -125,6 +132,11 @@ struct pkt_qp {
 	struct pkt_qp *ack_next;	/* pc->acks, this batch */
 	uint32_t cur;			/* IBH_SEND or IBH_WRITE while a message is under way */
 	bool have_wqe;
+	/* Where the WQE's completion goes: its CQ's context and offset,
+	 * and the QP or WQ number it reports (hold_wqe). */
+	struct shm_hdr *held_seg;
+	uint64_t held_cq;
+	uint32_t held_qpn;
 	union {
 		struct shm_rwqe w;
 		char buf[sizeof(struct shm_rwqe) + SV_MAX_SGE * sizeof(struct ibv_sge)];

@@ -77,6 +77,7 @@ static void wqe_fail(struct pkt_qp *q, struct sv_swqe *w, enum ibv_wc_status st,
 
 	w->pstate = PW_ERROR;
 	w->pstatus = (uint8_t)st;
+	q->halted = true;
 	sv_explain("error completion", "qpn 0x%x wr_id 0x%llx to qpn 0x%x at %s: %s: %s",
 		   q->qpn, (unsigned long long)w->wr_id, ud ? w->remote_qpn : q->dest_qpn,
 		   sv_route_addr(ud ? (const struct in6_addr *)w->av.grh.dgid.raw : &q->peer.dst,
@@ -464,7 +465,12 @@ static void transmit(struct pkt_qp *q)
 		int nl;
 
 		if (q->tx_w == q->nassigned) {
-			/* A new WQE: check its local side, give it its PSNs. */
+			/* A new WQE: check its local side, give it its PSNs.
+			 * Not after a failed one: the peer would execute what
+			 * completes here flushed (IBA 10.3.1, Error: the WQEs
+			 * after an error completion are not executed). */
+			if (q->halted)
+				break;
 			if (is_rd(w) && rd_outstanding(q, q->tx_w) >= q->max_rd)
 				break;
 			if ((w->send_flags & IBV_SEND_FENCE) && rd_outstanding(q, q->tx_w))
@@ -1012,7 +1018,7 @@ void sv_pkt_sq_reset(struct sv_qp *qp)
 	q->deadline = q->rnr_until = 0;
 	q->una = q->rd_seen = q->npsn;
 	q->nrep = 0;
-	q->probing = false;
+	q->probing = q->halted = false;
 	cc_reset(q);
 }
 
@@ -1020,6 +1026,7 @@ void pkt_req_start(struct pkt_qp *q, uint32_t psn)
 {
 	q->npsn = q->una = q->rd_seen = psn;
 	q->nassigned = q->tx_w = q->tx_pkt = q->nrep = 0;
+	q->halted = false;
 	cc_reset(q);
 }
 

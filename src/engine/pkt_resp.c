@@ -84,6 +84,37 @@ void pkt_resp_reset(struct pkt_qp *q)
 	memset(q->ares, 0, sizeof(q->ares));
 }
 
+/* A message took its receive WQE: where that completes is kept with it,
+ * for a QP that enters Error before the message ends. */
+static void hold_wqe(struct pkt_qp *q, const struct sv_target *t)
+{
+	q->have_wqe = true;
+	q->held_seg = t->seg;
+	q->held_cq = t->rcq_off;
+	q->held_qpn = t->wq_num ? t->wq_num : t->qp->qpn;
+}
+
+/* IBA 10.3.1.7: entering Error, every outstanding WQE completes flushed,
+ * also the one a message under way took from its queue (rxe completes
+ * its resp.wqe so).  Before the queue's own, which it preceded. */
+void sv_pkt_rq_flush_held(struct sv_qp *qp)
+{
+	struct pkt_qp *q = qp->pq;
+
+	if (!q)
+		return;
+	pthread_mutex_lock(&q->pc->rx_lock);
+	if (q->have_wqe) {
+		struct shm_cqe e = { .wr_id = q->rwqe.w.wr_id, .status = IBV_WC_WR_FLUSH_ERR,
+				     .opcode = IBV_WC_RECV, .qp_num = q->held_qpn };
+		sv_cq_push(q->held_seg, shm_at(q->held_seg, q->held_cq), &e);
+		q->have_wqe = false;
+		q->cur = 0;
+		q->off = 0;
+	}
+	pthread_mutex_unlock(&q->pc->rx_lock);
+}
+
 static void want_ack(struct pkt_qp *q, uint32_t psn)
 {
 	q->ack_psn = psn;
@@ -116,6 +147,12 @@ static void fail(struct pkt_qp *q, struct sv_target *t, uint8_t nak, uint32_t ps
 		   q->dest_qpn, sv_route_addr(&q->peer.dst, q->peer.ifindex, a, sizeof(a)), what,
 		   t->why[0] ? ": " : "", t->why);
 	send_aeth(q, (uint8_t)(AETH_NAK | nak), psn);
+	/* The receive WQE the message took completes in error whatever
+	 * failed, with the status the NAK gives the requester, as rxe's
+	 * do_class_ac_error() sets it. */
+	if (w && st == IBV_WC_SUCCESS)
+		st = nak == NAK_REM_ACCESS ? IBV_WC_REM_ACCESS_ERR :
+		     nak == NAK_INV_REQ ? IBV_WC_REM_INV_REQ_ERR : IBV_WC_REM_OP_ERR;
 	sv_resp_fail(t, w, st, ev);
 	q->have_wqe = false;
 	q->cur = 0;
@@ -278,7 +315,7 @@ static void ud_rx(struct pkt_qp *q, const struct ib_bth *bth, const struct sv_li
 		PKT_COUNT(q, drops);	/* UD: no receive WQE, the message is lost */
 		return;
 	}
-	q->have_wqe = true;
+	hold_wqe(q, &t);
 	/* The first 40 bytes are the GRH's (IBA 11.4.1.1).  In IB mode
 	 * none travels (a RoCEv2 packet has its IP header in that place):
 	 * they are left as they are, as a NIC leaves them for a packet
@@ -417,6 +454,21 @@ static bool atomic_exec(struct pkt_qp *q, struct sv_target *t, unsigned op, uint
 	return true;
 }
 
+_Static_assert((PKT_ATOMIC_RES & (PKT_ATOMIC_RES - 1)) == 0,
+	       "ares_next's wrap at 2^32 keeps its place in the ring");
+
+/* The record of the atomic at psn, the newest first: after the PSNs
+ * wrap, an older record of the same PSN is another atomic's. */
+static const struct pkt_atomic_res *atomic_record(const struct pkt_qp *q, uint32_t psn)
+{
+	for (unsigned i = 1; i <= PKT_ATOMIC_RES; i++) {
+		const struct pkt_atomic_res *r = &q->ares[(q->ares_next - i) % PKT_ATOMIC_RES];
+		if (r->valid && r->psn == psn)
+			return r;
+	}
+	return NULL;
+}
+
 static void duplicate(struct pkt_qp *q, const struct ib_bth *bth, struct sv_target *t)
 {
 	unsigned op = bth_op(bth);
@@ -432,12 +484,12 @@ static void duplicate(struct pkt_qp *q, const struct ib_bth *bth, struct sv_targ
 		return;
 	}
 	if (op == IB_OP_CMP_SWAP || op == IB_OP_FETCH_ADD) {
-		for (unsigned i = 0; i < PKT_ATOMIC_RES; i++)
-			if (q->ares[i].valid && q->ares[i].psn == psn) {
-				send_atomic_ack(q, psn, q->ares[i].orig);
-				return;
-			}
-		return;	/* older than the records: the requester has moved on */
+		const struct pkt_atomic_res *r = atomic_record(q, psn);
+		if (r)
+			send_atomic_ack(q, psn, r->orig);
+		/* None: older than max_dest_rd_atomic atomics, which a
+		 * requester within its max_rd_atomic has completed. */
+		return;
 	}
 	/* C9-105: every duplicate SEND or WRITE is acknowledged again
 	 * (coalesced with the batch): its ACK may be what was lost. */
@@ -454,9 +506,9 @@ void pkt_resp_tomb(struct pkt_qp *q, const struct ib_bth *bth)
 	q->linger_until = sv_now_ns() + q->linger_ns;
 	PKT_COUNT(q, dups);
 	if (op == IB_OP_CMP_SWAP || op == IB_OP_FETCH_ADD) {
-		for (unsigned i = 0; i < PKT_ATOMIC_RES; i++)
-			if (q->ares[i].valid && q->ares[i].psn == psn)
-				send_atomic_ack(q, psn, q->ares[i].orig);
+		const struct pkt_atomic_res *r = atomic_record(q, psn);
+		if (r)
+			send_atomic_ack(q, psn, r->orig);
 		return;
 	}
 	if (op != IB_OP_READ_REQ)
@@ -650,7 +702,7 @@ void pkt_resp_rx(struct pkt_qp *q, const struct ib_bth *bth, const struct sv_lin
 				rnr(q, psn);
 				return;
 			}
-			q->have_wqe = true;
+			hold_wqe(q, &t);
 		}
 		if (plen) {
 			struct shm_mr *mr;
@@ -709,7 +761,8 @@ void pkt_resp_rx(struct pkt_qp *q, const struct ib_bth *bth, const struct sv_lin
 				     "invalid request");
 				return;
 			}
-			q->have_wqe = q->tm = true;
+			hold_wqe(q, &t);
+			q->tm = true;
 		}
 		q->off = 0;
 		if (q->tm) {
@@ -725,7 +778,7 @@ void pkt_resp_rx(struct pkt_qp *q, const struct ib_bth *bth, const struct sv_lin
 					q->epsn = psn_add(psn, 1);
 				return;
 			}
-			q->have_wqe = true;
+			hold_wqe(q, &t);
 		}
 		q->off = 0;
 	}

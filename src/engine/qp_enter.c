@@ -45,6 +45,7 @@ void sv_qp_enter_state(struct sv_qp *qp, enum ibv_qp_state cur, enum ibv_qp_stat
 		 * unsignaled ones included (IBA 10.3.1.7, C10-?). */
 		atomic_store_explicit(&qp->sh->state, IBV_QPS_ERR, memory_order_release);
 		sv_sq_flush(qp);
+		sv_pkt_rq_flush_held(qp);
 		sv_flush_rq(qp);
 		/* A QP on an SRQ reports that its last WQE is consumed. */
 		if (cur != IBV_QPS_ERR && qp->srq)

@@ -3,7 +3,8 @@
 # namespaces joined by a veth (198.18.1.1/30 and 198.18.1.2/30, plus
 # 198.18.1.5/30 and 198.18.1.6/30 on the same link for the spoofed
 # source), and udp_peer (tests/integration/udp_peer.c) on both ends:
-#   1. exact atomics under loss, duplicates, reordering and corruption:
+#   1. exact atomics under loss, duplicates, reordering and corruption
+#      (one client keeping 4 outstanding, the other 64):
 #      two clients, 10,000 FETCH_AND_ADD each, the counter exactly 20,000
 #      and every fetched value distinct;
 #   2. 30% loss both ways: RDMA WRITEs then a READ back, byte for byte
@@ -18,8 +19,9 @@
 #   6. hostile datagrams, from a raw socket, at a live QP (DESIGN 7): bad
 #      ICRC, unknown QPN, PSNs outside the window, a spoofed source,
 #      truncated headers, bad opcodes and sequences, wrong rkey, out of
-#      bounds, no access; the server survives, its memory outside what it
-#      allowed is untouched, and a real client still gets through; and
+#      bounds, no access, a SEND cut by a refused request (its receive
+#      completes in error); the server survives, its memory outside what
+#      it allowed is untouched, and a real client still gets through; and
 #      IPv4 numbered as rxe and RoCE NICs number it: refused by default,
 #      taken with SOFTVERBS_IPV4_ID=any;
 #   7. a seeded random mix of every RC operation (WRITE, READ, SEND, the
@@ -156,14 +158,16 @@ echo "    fault seed $SEED (SV_FAULTS_SEED=N sets it; with several sending threa
 # answers the kernel had given to its socket to forward, used up timeout
 # 12's 8 x 16.8 ms: 8 failed runs of 117 of this section, with and
 # without forward()'s wait in udp.c alike; with timeout 14, 0 of 65.
-section "1. exact atomics: 2 x $NATOM FETCH_AND_ADD, faults $FAULT on both sides"
+# The second client keeps 64 atomics outstanding: an answer lost while
+# later ones ran must still be answered from the server's records.
+section "1. exact atomics: 2 x $NATOM FETCH_AND_ADD (4 and 64 outstanding), faults $FAULT on both sides"
 port=$((PORT++))
 if server "$TMP/a-srv.log" $port "SOFTVERBS_FAULT=$FAULT,seed=$SEED" -- \
 	server --conns 2 --expect-counter $((2 * NATOM)); then
 	c=()
 	for i in 1 2; do
 		peer "$NSB" 140 "$TMP/a-cli$i.log" "SOFTVERBS_FAULT=$FAULT,seed=$((SEED + i))" -- \
-			atomic --addr $B --server $A --port $port --count "$NATOM" --depth 4 \
+			atomic --addr $B --server $A --port $port --count "$NATOM" --depth $((i == 1 ? 4 : 64)) \
 			--timeout 14 --retry 7 --rnr-retry 7 --out "$TMP/fetched$i.txt" &
 		c+=($!)
 		PIDS+=($!)

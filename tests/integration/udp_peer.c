@@ -1314,7 +1314,7 @@ static size_t reth(uint8_t *p, uint64_t va, uint32_t rkey, uint32_t len)
 	return 16;
 }
 
-enum { OP_SEND_ONLY = 0x04, OP_WRITE_MIDDLE = 0x07, OP_WRITE_ONLY = 0x0a, OP_READ_REQ = 0x0c,
+enum { OP_SEND_FIRST = 0x00, OP_SEND_ONLY = 0x04, OP_WRITE_MIDDLE = 0x07, OP_WRITE_ONLY = 0x0a, OP_READ_REQ = 0x0c,
        OP_READ_RESP_FIRST = 0x0d, OP_READ_RESP_MIDDLE = 0x0e, OP_READ_RESP_ONLY = 0x10,
        OP_ACK = 0x11, OP_ATOMIC_ACK = 0x12, OP_FETCH_ADD = 0x14, TR_UD = 0x60 };
 
@@ -1559,10 +1559,10 @@ struct refusal {
 static int run_hostile(const struct opts *o)
 {
 	enum { QP_MAIN, QP_CTRL, QP_RKEY, QP_OOB, QP_RO, QP_SEQ, QP_WRAP, QP_READ, QP_OVER, QP_ATOM,
-	       QP_MTU, NQP };
+	       QP_MTU, QP_MIDSEND, QP_MIDREAD, NQP };
 	static struct hostile x;
 	struct cli *c = &x.c;
-	const uint32_t recvs[NQP] = { [QP_MAIN] = 2 };
+	const uint32_t recvs[NQP] = { [QP_MAIN] = 2, [QP_MIDSEND] = 1, [QP_MIDREAD] = 1 };
 	const uint64_t off_ctrl = 0x1000, off_bad = 0x2000, off_legit = 0x8000;
 	uint8_t e[64], legit_w[4096], legit_s[64];
 	struct ibv_mr *mr_w, *mr_s;
@@ -1682,8 +1682,10 @@ static int run_hostile(const struct opts *o)
 #undef BAD_WRITE
 	int nbad = k;
 
-	/* Refused: each at the PSN its QP expects, with a valid ICRC. */
+	/* Refused: each at the PSN its QP expects (or that many after it),
+	 * with a valid ICRC. */
 	struct refusal rf[NQP] = { 0 };
+	const uint32_t rf_at[NQP] = { [QP_MIDSEND] = 1, [QP_MIDREAD] = 0xffffff };
 	n = reth(e, dva + 0x3000, drk ^ 0x80, 64);
 	rf[QP_RKEY] = (struct refusal){ "WRITE with a wrong rkey (the data MR's, key byte changed)",
 					0x62, 0x3000, 64 };
@@ -1727,6 +1729,23 @@ static int run_hostile(const struct opts *o)
 				       0x4000, 1400 };
 	send_pkt(&x, forge(&x, rf[QP_MTU].what, OP_WRITE_ONLY, qpn[QP_MTU], psn[QP_MTU], e, n, 0xb7,
 			   1400, 0, false, false));
+	/* A SEND under way, its receive WQE taken, then a WRITE, or a READ
+	 * at the PSN before (a duplicate) with a wrong rkey: each receive
+	 * completes in error, never as a success (the server counts 2). */
+	send_pkt(&x, forge(&x, "SEND_FIRST of 1024 bytes (its receive taken)", OP_SEND_FIRST,
+			   qpn[QP_MIDSEND], psn[QP_MIDSEND], NULL, 0, 0xb8, 1024, 0, false, false));
+	n = reth(e, dva + 0x5000, drk, 64);
+	rf[QP_MIDSEND] = (struct refusal){ "WRITE_ONLY inside a SEND after its SEND_FIRST", 0x61,
+					   0x5000, 64 };
+	send_pkt(&x, forge(&x, rf[QP_MIDSEND].what, OP_WRITE_ONLY, qpn[QP_MIDSEND],
+			   (psn[QP_MIDSEND] + 1) & 0xffffff, e, n, 0xb9, 64, 0, false, false));
+	send_pkt(&x, forge(&x, "SEND_FIRST of 1024 bytes (its receive taken)", OP_SEND_FIRST,
+			   qpn[QP_MIDREAD], psn[QP_MIDREAD], NULL, 0, 0xba, 1024, 0, false, false));
+	n = reth(e, dva + 0x5000, drk ^ 0x80, 64);
+	rf[QP_MIDREAD] = (struct refusal){ "a duplicate READ with a wrong rkey inside a SEND", 0x62,
+					   0, 0 };
+	send_pkt(&x, forge(&x, rf[QP_MIDREAD].what, OP_READ_REQ, qpn[QP_MIDREAD],
+			   (psn[QP_MIDREAD] - 1) & 0xffffff, e, n, 0, 0, 0, false, false));
 
 	usleep(300000);
 
@@ -1754,9 +1773,11 @@ static int run_hostile(const struct opts *o)
 	/* What the server's memory says. */
 	check(r.canary_ok, "hostile: the server's canaries (the bytes around its MRs) are intact");
 	check(r.ro_ok, "hostile: the server's MR without remote write is unchanged");
-	check(r.recv_ok == 1 && r.recv_len == 64 && !memcmp(r.recv_data, legit_s, 64),
-	      "hostile: the server received exactly the legitimate SEND (%u receive(s), %u bytes of "
-	      "0x%02x; %u error completion(s))", r.recv_ok, r.recv_len, r.recv_data[0], r.recv_err);
+	check(r.recv_ok == 1 && r.recv_len == 64 && !memcmp(r.recv_data, legit_s, 64) &&
+	      r.recv_err == 2,
+	      "hostile: the server received exactly the legitimate SEND, and the refused SENDs' "
+	      "receives completed in error (%u receive(s), %u bytes of 0x%02x; %u error "
+	      "completion(s), want 2)", r.recv_ok, r.recv_len, r.recv_data[0], r.recv_err);
 	bool ctrl = all_bytes(data + off_ctrl, 64, 0xc1, NULL);
 	check(ctrl, "hostile: control: the forged valid WRITE landed (so this program's ICRC and "
 	      "headers are right, and the refusals below mean something)");
@@ -1833,7 +1854,8 @@ static int run_hostile(const struct opts *o)
 		check(syn >= 0 && (syn & 0xe0) == 0, "hostile: control: answered with %s",
 		      syn_name(syn));
 		for (int i = QP_RKEY; mb && i < NQP; i++) {
-			syn = answer_of(mb, ml, x.srv, c->h.qp[i].qpn, psn[i], &reads);
+			syn = answer_of(mb, ml, x.srv, c->h.qp[i].qpn, (psn[i] + rf_at[i]) & 0xffffff,
+					&reads);
 			bool mem = true;
 			if (rf[i].len) {
 				for (uint32_t j = 0; j < rf[i].len; j++)

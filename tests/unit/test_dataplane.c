@@ -148,6 +148,39 @@ static void test_bad_lkey_is_loc_prot_err(void **state)
 	assert_int_equal(qp_state(a.qp), IBV_QPS_ERR);
 	end_close(&a);
 	end_close(&b);
+
+	/* The WRs behind a failed one are flushed, and never reach the
+	 * peer: a WRITE reported flushed must not have landed, nor a SEND
+	 * have taken a receive. */
+	pair_up(&a, &b, &rc_default);
+	post_recv(&b, b.buf, 64, 1);
+	memset(b.buf + 256, 0x11, 64);
+	memset(a.buf, 0x77, 64);
+	struct ibv_sge bad_sge = { (uintptr_t)a.buf, 64, a.mr->lkey ^ 0x100 };
+	struct ibv_sge sge = { (uintptr_t)a.buf, 64, a.mr->lkey };
+	struct ibv_send_wr send = { .wr_id = 6, .sg_list = &sge, .num_sge = 1,
+				    .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED };
+	struct ibv_send_wr write = { .wr_id = 5, .next = &send, .sg_list = &sge, .num_sge = 1,
+				     .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED };
+	struct ibv_send_wr first = { .wr_id = 4, .next = &write, .sg_list = &bad_sge, .num_sge = 1,
+				     .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED }, *badwr;
+	write.wr.rdma.remote_addr = (uintptr_t)b.buf + 256;
+	write.wr.rdma.rkey = b.mr->rkey;
+	assert_int_equal(ibv_post_send(a.qp, &first, &badwr), 0);
+	wc = poll_one(a.cq);
+	assert_int_equal(wc.wr_id, 4);
+	assert_int_equal(wc.status, IBV_WC_LOC_PROT_ERR);
+	for (uint64_t id = 5; id <= 6; id++) {
+		wc = poll_one(a.cq);
+		assert_int_equal(wc.wr_id, id);
+		assert_int_equal(wc.status, IBV_WC_WR_FLUSH_ERR);
+	}
+	usleep(50000);		/* what a wrongly sent packet would take to land */
+	for (int i = 0; i < 64; i++)
+		assert_int_equal((unsigned char)b.buf[256 + i], 0x11);
+	assert_cq_empty(b.cq);
+	end_close(&a);
+	end_close(&b);
 }
 
 static void test_short_receive_buffer(void **state)
@@ -382,6 +415,51 @@ static void test_flush_on_err(void **state)
 	/* Posting to a QP in ERR: flushed right away. */
 	assert_int_equal(post(&a, IBV_WR_SEND, a.buf, 8, a.mr->lkey, 0, 0, 7, 0), 0);
 	assert_int_equal(poll_one(a.cq).status, IBV_WC_WR_FLUSH_ERR);
+	end_close(&a);
+	end_close(&b);
+}
+
+/* A QP that enters ERR with a message under way: the receive WQE the
+ * message took completes flushed, as the queued ones do (IBA 10.3.1.7).
+ * The sender stops in its first window (its QP to ERR), so over packets
+ * the receiver holds part of the message; over shm the SEND completes
+ * whole in the post. */
+static void test_err_mid_message(void **state)
+{
+	(void)state;
+	struct end a, b;
+	const uint32_t sz = 8u << 20;
+	const char *tr = getenv("SOFTVERBS_TRANSPORT");
+	bool packets = tr && !strcmp(tr, "udp");
+
+	pair_up(&a, &b, &rc_default);
+	char *src = aligned_alloc(4096, sz), *dst = aligned_alloc(4096, sz);
+	assert_non_null(src);
+	assert_non_null(dst);
+	memset(src, 0x5a, sz);
+	struct ibv_mr *ms = ibv_reg_mr(a.pd, src, sz, IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_mr *md = ibv_reg_mr(b.pd, dst, sz, IBV_ACCESS_LOCAL_WRITE);
+	assert_non_null(ms);
+	assert_non_null(md);
+	struct ibv_sge rs = { (uintptr_t)dst, sz, md->lkey };
+	struct ibv_recv_wr rw = { .wr_id = 77, .sg_list = &rs, .num_sge = 1 }, *badr;
+	assert_int_equal(ibv_post_recv(b.qp, &rw, &badr), 0);
+	assert_int_equal(post(&a, IBV_WR_SEND, src, sz, ms->lkey, 0, 0, 1, IBV_SEND_SIGNALED), 0);
+	struct ibv_qp_attr m = { .qp_state = IBV_QPS_ERR };
+	assert_int_equal(ibv_modify_qp(a.qp, &m, IBV_QP_STATE), 0);
+	usleep(50000);		/* the first window arrives */
+	assert_int_equal(ibv_modify_qp(b.qp, &m, IBV_QP_STATE), 0);
+	struct ibv_wc wc = poll_one(b.cq);
+	assert_int_equal(wc.wr_id, 77);
+	if (packets)
+		assert_int_equal(wc.status, IBV_WC_WR_FLUSH_ERR);
+	else
+		assert_int_equal(wc.status, IBV_WC_SUCCESS);
+	assert_cq_empty(b.cq);
+	ibv_dereg_mr(ms);
+	ibv_dereg_mr(md);
+	free(src);
+	free(dst);
 	end_close(&a);
 	end_close(&b);
 }
@@ -1601,6 +1679,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_rnr_infinite_then_recv),
 		cmocka_unit_test(test_peer_gone_retry_exceeded),
 		cmocka_unit_test(test_flush_on_err),
+		cmocka_unit_test(test_err_mid_message),
 		cmocka_unit_test(test_order_and_signaling),
 		cmocka_unit_test(test_write_with_imm_and_inline),
 		cmocka_unit_test(test_cq_overrun_event),

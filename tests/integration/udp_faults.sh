@@ -341,9 +341,25 @@ if server "$TMP/h-srv.log" $port SOFTVERBS_EXPLAIN=1 "SOFTVERBS_PCAP=$TMP/h-%p.p
 	# them (a QP refused into ERR leaves the table when it is reset).
 	# The client keeps its QPs until a view shows the attacked QP's
 	# drops (h-seen) or 20 s have passed, however slow the machine.
-	rm -f "$TMP/h-status-all.txt" "$TMP/h-seen"
+	# Once the server's endpoint is up, a process of another user in its
+	# namespace sends a datagram to every packet engine's forwarding
+	# socket (an abstract name, open to all): only the user's own
+	# processes forward packets, so the server must drop it.
+	rm -f "$TMP/h-status-all.txt" "$TMP/h-seen" "$TMP/h-forged"
 	(
 		while kill -0 "$SRV" 2>/dev/null; do
+			if [ -s "$TMP/h-status.txt" ] && [ ! -e "$TMP/h-forged" ]; then
+				ip netns exec "$NSA" setpriv --reuid=65534 --regid=65534 --clear-groups \
+					/usr/bin/python3 -c 'import socket
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+n = 0
+for line in open("/proc/net/unix"):
+    f = line.split()
+    if len(f) >= 8 and f[7].startswith("@softverbs-udp:"):
+        s.sendto(bytes(80), b"\0" + f[7][1:].encode())
+        n += 1
+print(n)' >"$TMP/h-forged" 2>&1
+			fi
 			ip netns exec "$NSA" env "LD_LIBRARY_PATH=$LD_LIBRARY_PATH" SOFTVERBS_LINK_LAYER=roce \
 				"$SV_BUILD/bin/softverbs" status >"$TMP/h-status.new" 2>&1
 			awk -v p="$B/0x" 'index($2, p) == 1 && $NF > 0 {f = 1} END {exit !f}' \
@@ -391,6 +407,12 @@ if server "$TMP/h-srv.log" $port SOFTVERBS_EXPLAIN=1 "SOFTVERBS_PCAP=$TMP/h-%p.p
 		fi
 	else
 		bad "softverbs status never showed the server's UDP endpoint"
+	fi
+	if [ "$(cat "$TMP/h-forged" 2>/dev/null)" -gt 0 ] 2>/dev/null; then
+		expect "the server dropped a datagram another user sent to its forwarding socket" \
+			"$TMP/h-srv.log" "uid 65534, dropped: only this user's processes forward packets"
+	else
+		bad "no datagram reached a forwarding socket from another user: $(cat "$TMP/h-forged" 2>/dev/null)"
 	fi
 	# SOFTVERBS_EXPLAIN names each refusal's cause (DESIGN 8).
 	for want in "is not registered" "is outside rkey 0x[0-9a-f]+'s region" \

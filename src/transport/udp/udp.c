@@ -187,6 +187,15 @@ struct sv_link_ep {
 	 * that emptied it (rx_lock). */
 	const _Atomic uint32_t *forwards;
 	uint32_t fwd_seen;
+	/* Only this user's processes forward (the reuseport group is per
+	 * user); the forwarding socket's name is open to every process of
+	 * the namespace, so each datagram's sender is checked (SO_PASSCRED):
+	 * its fwd_hdr names the source the peer check trusts. */
+	uid_t euid;
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(sizeof(struct ucred))];
+	} fctl[RX_BATCH + 1];
 	/* Receive buffers (rx_lock): RX_BATCH, and a spare for what a
 	 * forward takes in while it waits (forward_wait). */
 	uint8_t (*bufs)[RX_BUF];
@@ -297,11 +306,27 @@ static int deliver(struct sv_link_ep *l, const uint8_t *buf, size_t len, const s
 		   bool forwarded, uint64_t at, unsigned id_hint);
 
 /* A datagram another context forwarded here (buf, len bytes: its
- * fwd_hdr, then the packet) goes up with the addresses it came with. */
-static void deliver_forwarded(struct sv_link_ep *l, const uint8_t *buf, size_t len, uint64_t at)
+ * fwd_hdr, then the packet) goes up with the addresses it came with, if
+ * a process of this user sent it (m: its SCM_CREDENTIALS).  m's control
+ * length is restored for the next read. */
+static void deliver_forwarded(struct sv_link_ep *l, const uint8_t *buf, size_t len, uint64_t at,
+			      struct msghdr *m)
 {
+	struct cmsghdr *c = CMSG_FIRSTHDR(m);
+	struct ucred cr = { .pid = 0, .uid = (uid_t)-1, .gid = (gid_t)-1 };
 	struct fwd_hdr h;
 
+	if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_CREDENTIALS &&
+	    c->cmsg_len >= CMSG_LEN(sizeof(cr)))
+		memcpy(&cr, CMSG_DATA(c), sizeof(cr));
+	m->msg_controllen = sizeof(l->fctl[0]);
+	if (cr.uid != l->euid) {
+		atomic_fetch_add_explicit(&l->st->drop_bad_src, 1, memory_order_relaxed);
+		sv_explain("udp link", "a forwarded datagram of %zu bytes from pid %d, uid %d, "
+			   "dropped: only this user's processes forward packets", len, (int)cr.pid,
+			   (int)cr.uid);
+		return;
+	}
 	if (len < sizeof(h))
 		return;
 	memcpy(&h, buf, sizeof(h));
@@ -317,11 +342,12 @@ static void deliver_forwarded(struct sv_link_ep *l, const uint8_t *buf, size_t l
 static void forward_wait(struct sv_link_ep *l)
 {
 	struct iovec v = { l->bufs[RX_BATCH], RX_BUF };
-	struct msghdr m = { .msg_iov = &v, .msg_iovlen = 1 };
+	struct msghdr m = { .msg_iov = &v, .msg_iovlen = 1, .msg_control = l->fctl[RX_BATCH].b,
+			    .msg_controllen = sizeof(l->fctl[RX_BATCH]) };
 	ssize_t n = sv_recvmsg(l->fwd, &m, MSG_DONTWAIT);
 
 	if (n >= 0) {
-		deliver_forwarded(l, l->bufs[RX_BATCH], (size_t)n, sv_now_ns());
+		deliver_forwarded(l, l->bufs[RX_BATCH], (size_t)n, sv_now_ns(), &m);
 		return;
 	}
 	struct pollfd p = { l->fwd, POLLIN, 0 };
@@ -438,7 +464,9 @@ static void rx_init(struct sv_link_ep *l)
 		l->msgs[i].msg_hdr = (struct msghdr){ .msg_name = &l->from[i], .msg_iov = &l->iovs[i],
 						      .msg_iovlen = 1, .msg_control = l->ctl[i] };
 		rx_reset(l, i);
-		l->fmsgs[i].msg_hdr = (struct msghdr){ .msg_iov = &l->iovs[i], .msg_iovlen = 1 };
+		l->fmsgs[i].msg_hdr = (struct msghdr){ .msg_iov = &l->iovs[i], .msg_iovlen = 1,
+						       .msg_control = l->fctl[i].b,
+						       .msg_controllen = sizeof(l->fctl[i]) };
 	}
 }
 
@@ -477,7 +505,8 @@ static int receive(struct sv_link_ep *l, bool poller, uint64_t now)
 				l->fwd_seen = f;
 		}
 		for (int i = 0; i < m; i++)
-			deliver_forwarded(l, l->bufs[i], l->fmsgs[i].msg_len, now);
+			deliver_forwarded(l, l->bufs[i], l->fmsgs[i].msg_len, now,
+					  &l->fmsgs[i].msg_hdr);
 		n = n > 0 ? n : 0;
 		m = m > 0 ? m : 0;
 		total += n + m;
@@ -681,10 +710,12 @@ static struct sv_link_ep *link_open(struct sv_context *c, char *why, size_t len)
 	/* Reads and sends never block (MSG_DONTWAIT; forward() waits its
 	 * own way). */
 	l->fwd = sv_socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	if (l->fwd < 0 || bind(l->fwd, (struct sockaddr *)&a, al)) {
+	if (l->fwd < 0 || bind(l->fwd, (struct sockaddr *)&a, al) ||
+	    setsockopt(l->fwd, SOL_SOCKET, SO_PASSCRED, &one, sizeof(one))) {
 		snprintf(why, len, "cannot bind the forwarding socket: %s", strerror(errno));
 		goto fail;
 	}
+	l->euid = geteuid();
 	sock_bufs(l->fwd);
 	l->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (l->efd < 0) {

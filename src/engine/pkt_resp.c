@@ -479,8 +479,10 @@ static void duplicate(struct pkt_qp *q, const struct ib_bth *bth, struct sv_targ
 	if (op == IB_OP_READ_REQ || op == IB_OP_CMP_SWAP || op == IB_OP_FETCH_ADD)
 		send_due_ack(q);
 	if (op == IB_OP_READ_REQ) {
-		/* A READ has no side effect: it is served again (9.7.5.3.1). */
-		read_respond(q, t, psn, ib_get64(h), ib_get32(h + 8), ib_get32(h + 12));
+		/* A READ has no side effect: it is served again (9.7.5.3.1),
+		 * if it could have been served at all. */
+		if (ib_get32(h + 12) <= SV_MAX_MSG_SZ)
+			read_respond(q, t, psn, ib_get64(h), ib_get32(h + 8), ib_get32(h + 12));
 		return;
 	}
 	if (op == IB_OP_CMP_SWAP || op == IB_OP_FETCH_ADD) {
@@ -617,6 +619,16 @@ void pkt_resp_rx(struct pkt_qp *q, const struct ib_bth *bth, const struct sv_lin
 	const uint8_t *reth = f & IBH_RETH ? h : NULL;
 	if (reth)
 		h += sizeof(struct ib_reth);
+	if (reth && ib_get32(reth + 12) > SV_MAX_MSG_SZ) {
+		/* A message is at most 2^31 bytes (max_msg_sz; rxe's
+		 * check_length()): a longer READ would want more responses
+		 * than the PSN space can number. */
+		snprintf(t.why, sizeof(t.why), "its RETH length %u exceeds 2^31",
+			 ib_get32(reth + 12));
+		fail(q, &t, NAK_INV_REQ, psn, IBV_WC_SUCCESS, IBV_EVENT_QP_REQ_ERR,
+		     "invalid request");
+		return;
+	}
 	uint32_t npsn = 1;
 
 	/* A due ACK leaves before this request is answered, with the MSN

@@ -1559,7 +1559,7 @@ struct refusal {
 static int run_hostile(const struct opts *o)
 {
 	enum { QP_MAIN, QP_CTRL, QP_RKEY, QP_OOB, QP_RO, QP_SEQ, QP_WRAP, QP_READ, QP_OVER, QP_ATOM,
-	       QP_MTU, QP_MIDSEND, QP_MIDREAD, NQP };
+	       QP_MTU, QP_MIDSEND, QP_MIDREAD, QP_HUGE, NQP };
 	static struct hostile x;
 	struct cli *c = &x.c;
 	const uint32_t recvs[NQP] = { [QP_MAIN] = 2, [QP_MIDSEND] = 1, [QP_MIDREAD] = 1 };
@@ -1746,6 +1746,11 @@ static int run_hostile(const struct opts *o)
 					   0, 0 };
 	send_pkt(&x, forge(&x, rf[QP_MIDREAD].what, OP_READ_REQ, qpn[QP_MIDREAD],
 			   (psn[QP_MIDREAD] - 1) & 0xffffff, e, n, 0, 0, 0, false, false));
+	/* Longer than a message may be (2^31), whatever the MR. */
+	n = reth(e, dva, drk, 0x80000001u);
+	rf[QP_HUGE] = (struct refusal){ "READ of 2^31 + 1 bytes", 0x61, 0, 0 };
+	send_pkt(&x, forge(&x, rf[QP_HUGE].what, OP_READ_REQ, qpn[QP_HUGE], psn[QP_HUGE], e, n, 0,
+			   0, 0, false, false));
 
 	usleep(300000);
 

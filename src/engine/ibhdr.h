@@ -92,7 +92,7 @@ enum {
 	X(FETCH_ADD,			0x14)				\
 	X(SEND_LAST_INV,		0x16)				\
 	X(SEND_ONLY_INV,		0x17)				\
-	X(ATOMIC_WRITE,			0x19)
+	X(ATOMIC_WRITE,			0x1d)	/* IBA 1.5 A19; FLUSH is 0x1c */
 #define IB_OP_ENUM(name, v) IB_OP_##name = v,
 enum ib_op { IB_OPS(IB_OP_ENUM) IB_OP_COUNT = 0x20 };
 #undef IB_OP_ENUM

@@ -38,8 +38,16 @@ static bool is_local(const struct sv_swqe *w)
 {
 	return w->opcode == IBV_WR_BIND_MW || w->opcode == IBV_WR_LOCAL_INV;
 }
-/* Completed by a response carrying data (READ) or a value (atomics). */
+/* Writes its local buffers: a response carries data (READ) or a value
+ * (atomics). */
 static bool is_rd(const struct sv_swqe *w) { return is_read(w) || is_atomic(w); }
+/* Completed by its response, not by an ACK, and counted against
+ * max_rd_atomic: also an atomic write, which the responder answers
+ * with an empty READ response (rxe: check_init_depth()). */
+static bool is_resp(const struct sv_swqe *w)
+{
+	return is_rd(w) || w->opcode == IBV_WR_ATOMIC_WRITE;
+}
 
 static uint32_t npkts_of(const struct pkt_qp *q, const struct sv_swqe *w, uint64_t len)
 {
@@ -363,7 +371,7 @@ static uint32_t rd_outstanding(struct pkt_qp *q, uint32_t upto)
 
 	for (uint32_t i = 0; i < upto; i++) {
 		struct sv_swqe *w = wqe_at(q->qp, i);
-		if (is_rd(w) && w->pstate == PW_SENT)
+		if (is_resp(w) && w->pstate == PW_SENT)
 			n++;
 	}
 	return n;
@@ -471,7 +479,7 @@ static void transmit(struct pkt_qp *q)
 			 * after an error completion are not executed). */
 			if (q->halted)
 				break;
-			if (is_rd(w) && rd_outstanding(q, q->tx_w) >= q->max_rd)
+			if (is_resp(w) && rd_outstanding(q, q->tx_w) >= q->max_rd)
 				break;
 			if ((w->send_flags & IBV_SEND_FENCE) && rd_outstanding(q, q->tx_w))
 				break;	/* IBA 10.8.3.3: after every earlier READ and atomic */
@@ -651,7 +659,7 @@ static void ack_upto(struct pkt_qp *q, uint32_t psn, uint64_t now)
 			continue;
 		/* una stops at a READ's first missing response (read_floor),
 		 * so a WQE behind it is a SEND, a WRITE or an atomic. */
-		if (!is_rd(w))
+		if (!is_resp(w))
 			w->pstate = PW_DONE;
 		else if (w->got < w->npkts)
 			rewind_to(q, w->psn);	/* an atomic whose answer was lost */
@@ -787,6 +795,14 @@ static void read_response(struct pkt_qp *q, const struct ib_bth *bth, const stru
 	int j = wqe_of_psn(q, psn);
 	struct sv_swqe *w = j >= 0 ? wqe_at(q->qp, (uint32_t)j) : NULL;
 
+	if (w && w->opcode == IBV_WR_ATOMIC_WRITE && w->pstate == PW_SENT &&
+	    bth_op(bth) == IB_OP_READ_RESP_ONLY) {
+		w->got = 1;	/* its answer (responder's send_empty_read_resp) */
+		w->pstate = PW_DONE;
+		read_lost(q, psn, now);
+		ack_upto(q, psn, now);
+		return;
+	}
 	if (!w || !is_read(w) || w->pstate != PW_SENT) {
 		PKT_COUNT(q, dups);
 		return;
@@ -1059,7 +1075,7 @@ static void tail_probe(struct pkt_qp *q, uint64_t now)
 		sv_dbg("qpn 0x%x: tail-loss probe at psn 0x%x (wr_id 0x%llx)", q->qpn, q->una,
 		       (unsigned long long)w->wr_id);
 		q->rtt_timing = false;
-		q->tail_probe = !is_atomic(w);
+		q->tail_probe = !is_resp(w);	/* an atomic (write)'s answer is no ACK */
 		q->probe_psn = q->una;
 		PKT_COUNT(q, retrans);
 		uint32_t used = 0;
@@ -1076,7 +1092,7 @@ static void tail_answered(struct pkt_qp *q)
 {
 	int j = wqe_of_psn(q, q->una);
 
-	if (j < 0 || psn_compare(q->snd_max, q->una) <= 0 || is_rd(wqe_at(q->qp, (uint32_t)j)))
+	if (j < 0 || psn_compare(q->snd_max, q->una) <= 0 || is_resp(wqe_at(q->qp, (uint32_t)j)))
 		return;
 	loss_seen(q, q->una, false);
 	rewind_to(q, q->una);

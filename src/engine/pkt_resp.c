@@ -410,6 +410,20 @@ static void send_atomic_ack(struct pkt_qp *q, uint32_t psn, uint64_t orig)
 	pkt_send(q, &q->peer, hdr, sizeof(hdr), NULL, 0, 0);
 }
 
+/* An atomic write's answer: an RDMA READ response of no payload, its
+ * AETH acknowledging it, as rxe answers one (send_read_response_ack)
+ * and the requester waits for it as for a READ's. */
+static void send_empty_read_resp(struct pkt_qp *q, uint32_t psn)
+{
+	uint8_t hdr[sizeof(struct ib_bth) + sizeof(struct ib_aeth)];
+
+	bth_set((struct ib_bth *)hdr, (uint8_t)(tr_code(q) | IB_OP_READ_RESP_ONLY), false, 0,
+		0xffff, q->dest_qpn, false, psn);
+	aeth_set((struct ib_aeth *)(hdr + sizeof(struct ib_bth)), AETH_ACK | AETH_CREDITS_INVALID,
+		 q->msn);
+	pkt_send(q, &q->peer, hdr, sizeof(hdr), NULL, 0, 0);
+}
+
 /* CMP_SWAP and FETCH_ADD (IBA 9.4.5), atomic against every other
  * softverbs atomic on this memory (IBV_ATOMIC_HCA): the same lock. */
 static bool atomic_exec(struct pkt_qp *q, struct sv_target *t, unsigned op, uint32_t psn,
@@ -476,7 +490,8 @@ static void duplicate(struct pkt_qp *q, const struct ib_bth *bth, struct sv_targ
 	const uint8_t *h = (const uint8_t *)bth + sizeof(*bth) + (tr_code(q) == IB_TR_XRC ? 4 : 0);
 
 	PKT_COUNT(q, dups);
-	if (op == IB_OP_READ_REQ || op == IB_OP_CMP_SWAP || op == IB_OP_FETCH_ADD)
+	if (op == IB_OP_READ_REQ || op == IB_OP_CMP_SWAP || op == IB_OP_FETCH_ADD ||
+	    op == IB_OP_ATOMIC_WRITE)
 		send_due_ack(q);
 	if (op == IB_OP_READ_REQ) {
 		/* A READ has no side effect: it is served again (9.7.5.3.1),
@@ -491,6 +506,12 @@ static void duplicate(struct pkt_qp *q, const struct ib_bth *bth, struct sv_targ
 			send_atomic_ack(q, psn, r->orig);
 		/* None: older than max_dest_rd_atomic atomics, which a
 		 * requester within its max_rd_atomic has completed. */
+		return;
+	}
+	if (op == IB_OP_ATOMIC_WRITE) {
+		/* Answered again, not executed again: a later write to the
+		 * word may have landed since. */
+		send_empty_read_resp(q, psn);
 		return;
 	}
 	/* C9-105: every duplicate SEND or WRITE is acknowledged again
@@ -511,6 +532,10 @@ void pkt_resp_tomb(struct pkt_qp *q, const struct ib_bth *bth)
 		const struct pkt_atomic_res *r = atomic_record(q, psn);
 		if (r)
 			send_atomic_ack(q, psn, r->orig);
+		return;
+	}
+	if (op == IB_OP_ATOMIC_WRITE) {
+		send_empty_read_resp(q, psn);
 		return;
 	}
 	if (op != IB_OP_READ_REQ)
@@ -633,7 +658,7 @@ void pkt_resp_rx(struct pkt_qp *q, const struct ib_bth *bth, const struct sv_lin
 
 	/* A due ACK leaves before this request is answered, with the MSN
 	 * from before it. */
-	if (cls == IBH_READ || cls == IBH_ATOMIC)
+	if (cls == IBH_READ || cls == IBH_ATOMIC || (f & IBH_WORD))
 		send_due_ack(q);
 	if (cls == IBH_READ) {
 		uint32_t len = ib_get32(reth + 12);
@@ -677,7 +702,12 @@ void pkt_resp_rx(struct pkt_qp *q, const struct ib_bth *bth, const struct sv_lin
 			     "the atomic write's memory could not be reached");
 			return;
 		}
-		goto done;
+		/* Its own MSN, and its answer at once, as an atomic's. */
+		q->msn = psn_add(q->msn, 1);
+		send_empty_read_resp(q, psn);
+		q->epsn = psn_add(psn, 1);
+		q->acked = false;
+		return;
 	}
 	if (cls == IBH_WRITE) {
 		if (f & IBH_FIRST) {

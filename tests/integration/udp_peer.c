@@ -466,7 +466,9 @@ static void arena_init(void)
 	srv.data_mr = reg(&srv.d, srv.data, DATA_LEN, IBV_ACCESS_LOCAL_WRITE |
 			  IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
 	srv.ro_mr = reg(&srv.d, srv.ro, RO_LEN, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
-	srv.ctr_mr = reg(&srv.d, srv.ctr, 8, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_ATOMIC);
+	/* Remote write too: mix's atomic writes store to it. */
+	srv.ctr_mr = reg(&srv.d, srv.ctr, 8, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_ATOMIC |
+			 IBV_ACCESS_REMOTE_WRITE);
 }
 
 static bool all_bytes(const uint8_t *p, size_t len, uint8_t v, size_t *where)
@@ -2156,7 +2158,7 @@ static int run_stale(const struct opts *o)
  * --count operations on each of --qps QPs, --depth outstanding on each,
  * drawn from a seeded generator (--seed; printed, so that a failure can
  * be run again): WRITE and WRITE_WITH_IMM, READ, SEND and SEND_WITH_IMM,
- * and on QP 0 FETCH_AND_ADD and COMPARE_AND_SWAP; lengths from 0 to
+ * and on QP 0 FETCH_AND_ADD, COMPARE_AND_SWAP and ATOMIC_WRITE; lengths from 0 to
  * MIX_MAX_LEN with the path MTU's edges over-represented, one to three
  * scattered SGEs, inline data, unsignaled WRs.  QP i owns a slice of the
  * server's data MR; QP 0 owns its counter.
@@ -2180,7 +2182,7 @@ static int run_stale(const struct opts *o)
 #define MIX_INLINE	64u		/* qp_create's max_inline_data */
 
 enum mix_op { MIX_WRITE, MIX_WRITE_IMM, MIX_READ, MIX_SEND, MIX_SEND_IMM, MIX_FADD, MIX_CSWAP,
-	      MIX_NOPS };
+	      MIX_AWRITE, MIX_NOPS };
 
 static const struct {
 	const char *name;
@@ -2193,8 +2195,11 @@ static const struct {
 	[MIX_READ] = { "READ", IBV_WR_RDMA_READ, IBV_WC_RDMA_READ, 26 },
 	[MIX_SEND] = { "SEND", IBV_WR_SEND, IBV_WC_SEND, 14 },
 	[MIX_SEND_IMM] = { "SEND_WITH_IMM", IBV_WR_SEND_WITH_IMM, IBV_WC_SEND, 6 },
-	[MIX_FADD] = { "FETCH_AND_ADD", IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WC_FETCH_ADD, 10 },
-	[MIX_CSWAP] = { "COMPARE_AND_SWAP", IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WC_COMP_SWAP, 10 },
+	[MIX_FADD] = { "FETCH_AND_ADD", IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WC_FETCH_ADD, 8 },
+	[MIX_CSWAP] = { "COMPARE_AND_SWAP", IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WC_COMP_SWAP, 7 },
+	/* Executed twice (a duplicate's), it would undo the atomics
+	 * after it: what they fetch, and the counter, would show it. */
+	[MIX_AWRITE] = { "ATOMIC_WRITE", IBV_WR_ATOMIC_WRITE, IBV_WC_ATOMIC_WRITE, 5 },
 };
 
 struct mix_wr {
@@ -2309,6 +2314,16 @@ static bool mix_post(struct mix *m, uint32_t qi, uint32_t total)
 				m->ctr = v;
 		}
 		memset(w->buf, 0xee, 8);
+		w->nsge = 1;
+		w->cut[0] = 0;
+		w->cut[1] = 8;
+	} else if (op == MIX_AWRITE) {
+		uint64_t v = mix_rand(q) >> mix_below(q, 64);
+		m->ctr = v;
+		w->len = 8;
+		wr.wr.rdma.remote_addr = m->c.w.ctr_va;
+		wr.wr.rdma.rkey = m->c.w.ctr_rkey;
+		memcpy(w->buf, &v, 8);
 		w->nsge = 1;
 		w->cut[0] = 0;
 		w->cut[1] = 8;

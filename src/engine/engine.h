@@ -446,6 +446,9 @@ int sv_pkt_qp_route(struct sv_qp *qp, const struct ibv_qp_attr *attr, int mask, 
 void sv_pkt_qp_detach(struct sv_qp *qp);	/* RESET, destroy */
 /* ERR: the receive WQE of a message under way completes flushed. */
 void sv_pkt_rq_flush_held(struct sv_qp *qp);
+/* SQD: whether no message is under way; if one is, SQ_DRAINED (notify)
+ * is raised when the last completes. */
+bool sv_pkt_sq_drained(struct sv_qp *qp, bool notify);
 /* A UD QP attached to (join) or detached from a multicast group: the
  * context's link takes the group's packets from other hosts while any
  * of its QPs is a member. */

@@ -100,6 +100,9 @@ struct pkt_qp {
 	/* A WQE failed: none after it starts (they flush when it takes the
 	 * QP to Error), as rxe's requester stops at its error. */
 	bool halted;
+	/* SQD with SQ_DRAINED asked for and messages still under way: the
+	 * event goes when the last of them completes (complete_head). */
+	bool drain_notify;
 	bool probing;			/* after a timeout: only probe_psn goes until progress */
 	bool tail_probe;		/* a tail-loss probe at probe_psn awaits its answer */
 	bool tlp_armed;			/* the deadline is a tail-loss probe's, not a timeout */

@@ -464,9 +464,12 @@ static void transmit(struct pkt_qp *q)
 {
 	struct sv_qp *qp = q->qp;
 	uint64_t now = 0;
+	uint8_t st = atomic_load_explicit(&qp->sh->state, memory_order_relaxed);
 
+	/* SQD finishes the messages under way, retransmissions included,
+	 * and starts none (IBA 10.3.1, Send Queue Drain). */
 	while (!q->rnr_until && q->tx_w < qp->sq_count &&
-	       atomic_load_explicit(&qp->sh->state, memory_order_relaxed) == IBV_QPS_RTS) {
+	       (st == IBV_QPS_RTS || (st == IBV_QPS_SQD && q->tx_w < q->nassigned))) {
 		struct sv_swqe *w = wqe_at(qp, q->tx_w);
 		struct iovec liov[SV_MAX_SGE + 1];
 		uint64_t len;
@@ -976,9 +979,31 @@ static int complete_head(struct pkt_qp *q)
 		if (err)
 			return SV_RUN_FAILED;
 	}
-	if (!q->nassigned)
+	if (!q->nassigned) {
 		q->deadline = 0;
+		if (q->drain_notify) {
+			q->drain_notify = false;
+			if (atomic_load_explicit(&qp->sh->state, memory_order_relaxed) ==
+			    IBV_QPS_SQD)
+				sv_async_event(qp->ex.qp_base.context, &qp->ex.qp_base,
+					       IBV_EVENT_SQ_DRAINED);
+		}
+	}
 	return SV_RUN_OK;
+}
+
+bool sv_pkt_sq_drained(struct sv_qp *qp, bool notify)
+{
+	struct pkt_qp *q = qp->pq;
+	bool drained;
+
+	pthread_mutex_lock(&qp->sq_lock);
+	drained = !q || !qp->pq_remote || !q->nassigned;
+	q = drained ? NULL : q;
+	if (q)
+		q->drain_notify = notify;
+	pthread_mutex_unlock(&qp->sq_lock);
+	return drained;
 }
 
 /* Whether a post leaves what waits to be sent for the next ACK
@@ -1034,7 +1059,7 @@ void sv_pkt_sq_reset(struct sv_qp *qp)
 	q->deadline = q->rnr_until = 0;
 	q->una = q->rd_seen = q->npsn;
 	q->nrep = 0;
-	q->probing = q->halted = false;
+	q->probing = q->halted = q->drain_notify = false;
 	cc_reset(q);
 }
 
@@ -1042,7 +1067,7 @@ void pkt_req_start(struct pkt_qp *q, uint32_t psn)
 {
 	q->npsn = q->una = q->rd_seen = psn;
 	q->nassigned = q->tx_w = q->tx_pkt = q->nrep = 0;
-	q->halted = false;
+	q->halted = q->drain_notify = false;
 	cc_reset(q);
 }
 

@@ -51,14 +51,18 @@ void sv_qp_enter_state(struct sv_qp *qp, enum ibv_qp_state cur, enum ibv_qp_stat
 		if (cur != IBV_QPS_ERR && qp->srq)
 			sv_async_event(ib->context, ib, IBV_EVENT_QP_LAST_WQE_REACHED);
 		break;
-	case IBV_QPS_SQD:
-		/* The send queue is empty, so it is drained at once.  The event
-		 * is asked for per transition (IBA 11.2.5, "Enable SQD Affiliated
+	case IBV_QPS_SQD: {
+		/* Over shm every message started is complete, so the queue is
+		 * drained at once; over packets, when the messages under way
+		 * are acknowledged (engine/pkt_req.c).  The event is asked for
+		 * per transition (IBA 11.2.5, "Enable SQD Affiliated
 		 * Asynchronous Event"), not remembered. */
-		if (cur == IBV_QPS_RTS && (mask & IBV_QP_EN_SQD_ASYNC_NOTIFY) &&
-		    a->en_sqd_async_notify)
+		bool ask = cur == IBV_QPS_RTS && (mask & IBV_QP_EN_SQD_ASYNC_NOTIFY) &&
+			   a->en_sqd_async_notify;
+		if (cur == IBV_QPS_RTS && sv_pkt_sq_drained(qp, ask) && ask)
 			sv_async_event(ib->context, ib, IBV_EVENT_SQ_DRAINED);
 		break;
+	}
 	default:
 		break;
 	}

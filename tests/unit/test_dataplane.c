@@ -464,6 +464,61 @@ static void test_err_mid_message(void **state)
 	end_close(&b);
 }
 
+/* SQD with a long WRITE under way (IBA 10.3.1): the WRITE finishes,
+ * retransmissions and all, SQ_DRAINED comes once it has, and a WR posted
+ * in SQD waits for RTS.  Over shm the WRITE is complete in its post. */
+static void test_sqd_finishes_the_message(void **state)
+{
+	(void)state;
+	struct end a, b;
+	const uint32_t sz = 8u << 20;
+
+	pair_up(&a, &b, &rc_default);
+	char *src = aligned_alloc(4096, sz), *dst = aligned_alloc(4096, sz);
+	assert_non_null(src);
+	assert_non_null(dst);
+	for (uint32_t i = 0; i < sz; i += 4096)
+		memset(src + i, (int)(i >> 12) | 1, 4096);
+	memset(dst, 0, sz);
+	struct ibv_mr *ms = ibv_reg_mr(a.pd, src, sz, IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_mr *md = ibv_reg_mr(b.pd, dst, sz, IBV_ACCESS_LOCAL_WRITE |
+				       IBV_ACCESS_REMOTE_WRITE);
+	assert_non_null(ms);
+	assert_non_null(md);
+	int fl = fcntl(a.ctx->async_fd, F_GETFL);
+	assert_int_equal(fcntl(a.ctx->async_fd, F_SETFL, fl | O_NONBLOCK), 0);
+	assert_int_equal(post(&a, IBV_WR_RDMA_WRITE, src, sz, ms->lkey, (uintptr_t)dst, md->rkey, 1,
+			      IBV_SEND_SIGNALED), 0);
+	struct ibv_qp_attr m = { .qp_state = IBV_QPS_SQD, .en_sqd_async_notify = 1 };
+	assert_int_equal(ibv_modify_qp(a.qp, &m, IBV_QP_STATE | IBV_QP_EN_SQD_ASYNC_NOTIFY), 0);
+	assert_int_equal(post(&a, IBV_WR_RDMA_WRITE, src, 8, ms->lkey, (uintptr_t)dst, md->rkey, 2,
+			      IBV_SEND_SIGNALED), 0);
+	struct ibv_wc wc = poll_one(a.cq);
+	assert_int_equal(wc.wr_id, 1);
+	assert_int_equal(wc.status, IBV_WC_SUCCESS);
+	assert_int_equal(memcmp(src, dst, sz), 0);
+	struct ibv_async_event ev;
+	struct pollfd p = { a.ctx->async_fd, POLLIN, 0 };
+	assert_int_equal(poll(&p, 1, 5000), 1);
+	assert_int_equal(ibv_get_async_event(a.ctx, &ev), 0);
+	assert_int_equal(ev.event_type, IBV_EVENT_SQ_DRAINED);
+	assert_ptr_equal(ev.element.qp, a.qp);
+	ibv_ack_async_event(&ev);
+	usleep(20000);
+	assert_cq_empty(a.cq);	/* WR 2 waits for RTS */
+	m.qp_state = IBV_QPS_RTS;
+	assert_int_equal(ibv_modify_qp(a.qp, &m, IBV_QP_STATE), 0);
+	wc = poll_one(a.cq);
+	assert_int_equal(wc.wr_id, 2);
+	assert_int_equal(wc.status, IBV_WC_SUCCESS);
+	ibv_dereg_mr(ms);
+	ibv_dereg_mr(md);
+	free(src);
+	free(dst);
+	end_close(&a);
+	end_close(&b);
+}
+
 /* ---- completion order, exactly once; signaling ---- */
 
 static void test_order_and_signaling(void **state)
@@ -1680,6 +1735,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_peer_gone_retry_exceeded),
 		cmocka_unit_test(test_flush_on_err),
 		cmocka_unit_test(test_err_mid_message),
+		cmocka_unit_test(test_sqd_finishes_the_message),
 		cmocka_unit_test(test_order_and_signaling),
 		cmocka_unit_test(test_write_with_imm_and_inline),
 		cmocka_unit_test(test_cq_overrun_event),

@@ -364,14 +364,18 @@ static bool reliable(const struct pkt_qp *q)
 	return t == IBV_QPT_RC || t == IBV_QPT_XRC_SEND;
 }
 
-/* Reads and atomics outstanding (max_rd_atomic, IBA 9.7.5.1.?). */
+/* Reads and atomics outstanding (max_rd_atomic, IBA 9.7.5.1.?): until
+ * they complete, as rxe counts them, not until answered.  An atomic
+ * answered behind one whose answer was lost still holds its record at
+ * the responder, which keeps max_dest_rd_atomic of them: counted, the
+ * lost one's record outlives every atomic started after it. */
 static uint32_t rd_outstanding(struct pkt_qp *q, uint32_t upto)
 {
 	uint32_t n = 0;
 
 	for (uint32_t i = 0; i < upto; i++) {
 		struct sv_swqe *w = wqe_at(q->qp, i);
-		if (is_resp(w) && w->pstate == PW_SENT)
+		if (is_resp(w) && w->pstate != PW_ERROR)
 			n++;
 	}
 	return n;

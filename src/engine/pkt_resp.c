@@ -85,11 +85,13 @@ void pkt_resp_reset(struct pkt_qp *q)
 }
 
 /* A message took its receive WQE: where that completes is kept with it,
- * for a QP that enters Error before the message ends. */
+ * for a QP that enters Error before the message ends.  Only where it
+ * lives as long as the QP: in the QP's own context, not an XRC SRQ's
+ * (which may be another context's, closed since, or destroyed). */
 static void hold_wqe(struct pkt_qp *q, const struct sv_target *t)
 {
 	q->have_wqe = true;
-	q->held_seg = t->seg;
+	q->held_seg = t->seg == q->qp->ctx->seg.h && tr_code(q) != IB_TR_XRC ? t->seg : NULL;
 	q->held_cq = t->rcq_off;
 	q->held_qpn = t->wq_num ? t->wq_num : t->qp->qpn;
 }
@@ -99,12 +101,16 @@ static void hold_wqe(struct pkt_qp *q, const struct sv_target *t)
  * its resp.wqe so).  Before the queue's own, which it preceded. */
 void sv_pkt_rq_flush_held(struct sv_qp *qp)
 {
-	struct pkt_qp *q = qp->pq;
+	struct pkt_ctx *pc = qp->ctx->pkt;
 
-	if (!q)
+	if (!pc)
 		return;
-	pthread_mutex_lock(&q->pc->rx_lock);
-	if (q->have_wqe) {
+	/* qp->pq under rx_lock: destroying the QP detaches it under that
+	 * lock (pkt.c), from another thread than this transition's. */
+	pthread_mutex_lock(&pc->rx_lock);
+	struct pkt_qp *q = qp->pq;
+	/* A tag's completion is the SRQ's (engine/tm.c): not flushed here. */
+	if (q && q->have_wqe && q->held_seg && !q->tm) {
 		struct shm_cqe e = { .wr_id = q->rwqe.w.wr_id, .status = IBV_WC_WR_FLUSH_ERR,
 				     .opcode = IBV_WC_RECV, .qp_num = q->held_qpn };
 		sv_cq_push(q->held_seg, shm_at(q->held_seg, q->held_cq), &e);
@@ -112,7 +118,7 @@ void sv_pkt_rq_flush_held(struct sv_qp *qp)
 		q->cur = 0;
 		q->off = 0;
 	}
-	pthread_mutex_unlock(&q->pc->rx_lock);
+	pthread_mutex_unlock(&pc->rx_lock);
 }
 
 static void want_ack(struct pkt_qp *q, uint32_t psn)
@@ -646,8 +652,8 @@ void pkt_resp_rx(struct pkt_qp *q, const struct ib_bth *bth, const struct sv_lin
 		h += sizeof(struct ib_reth);
 	if (reth && ib_get32(reth + 12) > SV_MAX_MSG_SZ) {
 		/* A message is at most 2^31 bytes (max_msg_sz; rxe's
-		 * check_length()): a longer READ would want more responses
-		 * than the PSN space can number. */
+		 * check_length()): at a 256-byte MTU a READ of 2^31 takes
+		 * 2^23 PSNs already, the most psn_compare() orders. */
 		snprintf(t.why, sizeof(t.why), "its RETH length %u exceeds 2^31",
 			 ib_get32(reth + 12));
 		fail(q, &t, NAK_INV_REQ, psn, IBV_WC_SUCCESS, IBV_EVENT_QP_REQ_ERR,

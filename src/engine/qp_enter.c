@@ -59,6 +59,9 @@ void sv_qp_enter_state(struct sv_qp *qp, enum ibv_qp_state cur, enum ibv_qp_stat
 		 * Asynchronous Event"), not remembered. */
 		bool ask = cur == IBV_QPS_RTS && (mask & IBV_QP_EN_SQD_ASYNC_NOTIFY) &&
 			   a->en_sqd_async_notify;
+		/* SQD before the look: no message starts after it, and the
+		 * last to complete sees SQD (both under sq_lock). */
+		atomic_store_explicit(&qp->sh->state, IBV_QPS_SQD, memory_order_release);
 		if (cur == IBV_QPS_RTS && sv_pkt_sq_drained(qp, ask) && ask)
 			sv_async_event(ib->context, ib, IBV_EVENT_SQ_DRAINED);
 		break;

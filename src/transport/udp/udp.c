@@ -191,7 +191,7 @@ struct sv_link_ep {
 	 * user); the forwarding socket's name is open to every process of
 	 * the namespace, so each datagram's sender is checked (SO_PASSCRED):
 	 * its fwd_hdr names the source the peer check trusts. */
-	uid_t euid;
+	uid_t uid;
 	union {
 		struct cmsghdr h;
 		char b[CMSG_SPACE(sizeof(struct ucred))];
@@ -320,7 +320,7 @@ static void deliver_forwarded(struct sv_link_ep *l, const uint8_t *buf, size_t l
 	    c->cmsg_len >= CMSG_LEN(sizeof(cr)))
 		memcpy(&cr, CMSG_DATA(c), sizeof(cr));
 	m->msg_controllen = sizeof(l->fctl[0]);
-	if (cr.uid != l->euid) {
+	if (cr.uid != l->uid) {
 		atomic_fetch_add_explicit(&l->st->drop_bad_src, 1, memory_order_relaxed);
 		sv_explain("udp link", "a forwarded datagram of %zu bytes from pid %d, uid %d, "
 			   "dropped: only this user's processes forward packets", len, (int)cr.pid,
@@ -715,7 +715,7 @@ static struct sv_link_ep *link_open(struct sv_context *c, char *why, size_t len)
 		snprintf(why, len, "cannot bind the forwarding socket: %s", strerror(errno));
 		goto fail;
 	}
-	l->euid = geteuid();
+	l->uid = getuid();	/* SCM_CREDENTIALS carry the real uid, as the registry keys */
 	sock_bufs(l->fwd);
 	l->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (l->efd < 0) {

@@ -998,13 +998,11 @@ static int complete_head(struct pkt_qp *q)
 
 bool sv_pkt_sq_drained(struct sv_qp *qp, bool notify)
 {
-	struct pkt_qp *q = qp->pq;
-	bool drained;
-
+	/* qp->pq under sq_lock, which detaching it takes (pkt.c). */
 	pthread_mutex_lock(&qp->sq_lock);
-	drained = !q || !qp->pq_remote || !q->nassigned;
-	q = drained ? NULL : q;
-	if (q)
+	struct pkt_qp *q = qp->pq;
+	bool drained = !q || !qp->pq_remote || !q->nassigned;
+	if (!drained)
 		q->drain_notify = notify;
 	pthread_mutex_unlock(&qp->sq_lock);
 	return drained;

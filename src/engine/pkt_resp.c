@@ -489,6 +489,26 @@ static const struct pkt_atomic_res *atomic_record(const struct pkt_qp *q, uint32
 	return NULL;
 }
 
+/* A duplicate atomic or atomic write, of a live QP or a tombstone: its
+ * answer again, never the operation (9.7.5.3.2).  An atomic older than
+ * max_dest_rd_atomic others has no record and no answer: a requester
+ * within its max_rd_atomic has completed it.  An atomic write is not
+ * written again, since a later write to the word may have landed. */
+static bool answer_again(struct pkt_qp *q, unsigned op, uint32_t psn)
+{
+	if (op == IB_OP_CMP_SWAP || op == IB_OP_FETCH_ADD) {
+		const struct pkt_atomic_res *r = atomic_record(q, psn);
+		if (r)
+			send_atomic_ack(q, psn, r->orig);
+		return true;
+	}
+	if (op == IB_OP_ATOMIC_WRITE) {
+		send_empty_read_resp(q, psn);
+		return true;
+	}
+	return false;
+}
+
 static void duplicate(struct pkt_qp *q, const struct ib_bth *bth, struct sv_target *t)
 {
 	unsigned op = bth_op(bth);
@@ -506,20 +526,8 @@ static void duplicate(struct pkt_qp *q, const struct ib_bth *bth, struct sv_targ
 			read_respond(q, t, psn, ib_get64(h), ib_get32(h + 8), ib_get32(h + 12));
 		return;
 	}
-	if (op == IB_OP_CMP_SWAP || op == IB_OP_FETCH_ADD) {
-		const struct pkt_atomic_res *r = atomic_record(q, psn);
-		if (r)
-			send_atomic_ack(q, psn, r->orig);
-		/* None: older than max_dest_rd_atomic atomics, which a
-		 * requester within its max_rd_atomic has completed. */
+	if (answer_again(q, op, psn))
 		return;
-	}
-	if (op == IB_OP_ATOMIC_WRITE) {
-		/* Answered again, not executed again: a later write to the
-		 * word may have landed since. */
-		send_empty_read_resp(q, psn);
-		return;
-	}
 	/* C9-105: every duplicate SEND or WRITE is acknowledged again
 	 * (coalesced with the batch): its ACK may be what was lost. */
 	want_ack(q, psn_add(q->epsn, SV_PSN_MASK));
@@ -534,16 +542,8 @@ void pkt_resp_tomb(struct pkt_qp *q, const struct ib_bth *bth)
 		return;	/* new work for a QP that is gone: dropped (9.7.6) */
 	q->linger_until = sv_now_ns() + q->linger_ns;
 	PKT_COUNT(q, dups);
-	if (op == IB_OP_CMP_SWAP || op == IB_OP_FETCH_ADD) {
-		const struct pkt_atomic_res *r = atomic_record(q, psn);
-		if (r)
-			send_atomic_ack(q, psn, r->orig);
+	if (answer_again(q, op, psn))
 		return;
-	}
-	if (op == IB_OP_ATOMIC_WRITE) {
-		send_empty_read_resp(q, psn);
-		return;
-	}
 	if (op != IB_OP_READ_REQ)
 		want_ack(q, psn_add(q->epsn, SV_PSN_MASK));
 }

@@ -419,6 +419,37 @@ static void test_flush_on_err(void **state)
 	end_close(&b);
 }
 
+/* Two 8 MiB buffers for one message: src registered at a (filled with
+ * a byte per page), dst at b (zeroed, remote write allowed). */
+struct big {
+	char *src, *dst;
+	struct ibv_mr *ms, *md;
+};
+#define BIG_SZ (8u << 20)
+
+static void big_up(struct big *g, struct end *a, struct end *b)
+{
+	g->src = aligned_alloc(4096, BIG_SZ);
+	g->dst = aligned_alloc(4096, BIG_SZ);
+	assert_non_null(g->src);
+	assert_non_null(g->dst);
+	for (uint32_t i = 0; i < BIG_SZ; i += 4096)
+		memset(g->src + i, (int)(i >> 12) | 1, 4096);
+	memset(g->dst, 0, BIG_SZ);
+	g->ms = ibv_reg_mr(a->pd, g->src, BIG_SZ, IBV_ACCESS_LOCAL_WRITE);
+	g->md = ibv_reg_mr(b->pd, g->dst, BIG_SZ, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	assert_non_null(g->ms);
+	assert_non_null(g->md);
+}
+
+static void big_down(struct big *g)
+{
+	ibv_dereg_mr(g->ms);
+	ibv_dereg_mr(g->md);
+	free(g->src);
+	free(g->dst);
+}
+
 /* A QP that enters ERR with a message under way: the receive WQE the
  * message took completes flushed, as the queued ones do (IBA 10.3.1.7).
  * The sender stops in its first window (its QP to ERR), so over packets
@@ -428,23 +459,17 @@ static void test_err_mid_message(void **state)
 {
 	(void)state;
 	struct end a, b;
-	const uint32_t sz = 8u << 20;
+	struct big g;
 	const char *tr = getenv("SOFTVERBS_TRANSPORT");
 	bool packets = tr && !strcmp(tr, "udp");
 
 	pair_up(&a, &b, &rc_default);
-	char *src = aligned_alloc(4096, sz), *dst = aligned_alloc(4096, sz);
-	assert_non_null(src);
-	assert_non_null(dst);
-	memset(src, 0x5a, sz);
-	struct ibv_mr *ms = ibv_reg_mr(a.pd, src, sz, IBV_ACCESS_LOCAL_WRITE);
-	struct ibv_mr *md = ibv_reg_mr(b.pd, dst, sz, IBV_ACCESS_LOCAL_WRITE);
-	assert_non_null(ms);
-	assert_non_null(md);
-	struct ibv_sge rs = { (uintptr_t)dst, sz, md->lkey };
+	big_up(&g, &a, &b);
+	struct ibv_sge rs = { (uintptr_t)g.dst, BIG_SZ, g.md->lkey };
 	struct ibv_recv_wr rw = { .wr_id = 77, .sg_list = &rs, .num_sge = 1 }, *badr;
 	assert_int_equal(ibv_post_recv(b.qp, &rw, &badr), 0);
-	assert_int_equal(post(&a, IBV_WR_SEND, src, sz, ms->lkey, 0, 0, 1, IBV_SEND_SIGNALED), 0);
+	assert_int_equal(post(&a, IBV_WR_SEND, g.src, BIG_SZ, g.ms->lkey, 0, 0, 1, IBV_SEND_SIGNALED),
+			 0);
 	struct ibv_qp_attr m = { .qp_state = IBV_QPS_ERR };
 	assert_int_equal(ibv_modify_qp(a.qp, &m, IBV_QP_STATE), 0);
 	usleep(50000);		/* the first window arrives */
@@ -456,10 +481,7 @@ static void test_err_mid_message(void **state)
 	else
 		assert_int_equal(wc.status, IBV_WC_SUCCESS);
 	assert_cq_empty(b.cq);
-	ibv_dereg_mr(ms);
-	ibv_dereg_mr(md);
-	free(src);
-	free(dst);
+	big_down(&g);
 	end_close(&a);
 	end_close(&b);
 }
@@ -471,32 +493,22 @@ static void test_sqd_finishes_the_message(void **state)
 {
 	(void)state;
 	struct end a, b;
-	const uint32_t sz = 8u << 20;
+	struct big g;
 
 	pair_up(&a, &b, &rc_default);
-	char *src = aligned_alloc(4096, sz), *dst = aligned_alloc(4096, sz);
-	assert_non_null(src);
-	assert_non_null(dst);
-	for (uint32_t i = 0; i < sz; i += 4096)
-		memset(src + i, (int)(i >> 12) | 1, 4096);
-	memset(dst, 0, sz);
-	struct ibv_mr *ms = ibv_reg_mr(a.pd, src, sz, IBV_ACCESS_LOCAL_WRITE);
-	struct ibv_mr *md = ibv_reg_mr(b.pd, dst, sz, IBV_ACCESS_LOCAL_WRITE |
-				       IBV_ACCESS_REMOTE_WRITE);
-	assert_non_null(ms);
-	assert_non_null(md);
+	big_up(&g, &a, &b);
 	int fl = fcntl(a.ctx->async_fd, F_GETFL);
 	assert_int_equal(fcntl(a.ctx->async_fd, F_SETFL, fl | O_NONBLOCK), 0);
-	assert_int_equal(post(&a, IBV_WR_RDMA_WRITE, src, sz, ms->lkey, (uintptr_t)dst, md->rkey, 1,
-			      IBV_SEND_SIGNALED), 0);
+	assert_int_equal(post(&a, IBV_WR_RDMA_WRITE, g.src, BIG_SZ, g.ms->lkey, (uintptr_t)g.dst,
+			      g.md->rkey, 1, IBV_SEND_SIGNALED), 0);
 	struct ibv_qp_attr m = { .qp_state = IBV_QPS_SQD, .en_sqd_async_notify = 1 };
 	assert_int_equal(ibv_modify_qp(a.qp, &m, IBV_QP_STATE | IBV_QP_EN_SQD_ASYNC_NOTIFY), 0);
-	assert_int_equal(post(&a, IBV_WR_RDMA_WRITE, src, 8, ms->lkey, (uintptr_t)dst, md->rkey, 2,
-			      IBV_SEND_SIGNALED), 0);
+	assert_int_equal(post(&a, IBV_WR_RDMA_WRITE, g.src, 8, g.ms->lkey, (uintptr_t)g.dst,
+			      g.md->rkey, 2, IBV_SEND_SIGNALED), 0);
 	struct ibv_wc wc = poll_one(a.cq);
 	assert_int_equal(wc.wr_id, 1);
 	assert_int_equal(wc.status, IBV_WC_SUCCESS);
-	assert_int_equal(memcmp(src, dst, sz), 0);
+	assert_int_equal(memcmp(g.src, g.dst, BIG_SZ), 0);
 	struct ibv_async_event ev;
 	struct pollfd p = { a.ctx->async_fd, POLLIN, 0 };
 	assert_int_equal(poll(&p, 1, 5000), 1);
@@ -511,10 +523,7 @@ static void test_sqd_finishes_the_message(void **state)
 	wc = poll_one(a.cq);
 	assert_int_equal(wc.wr_id, 2);
 	assert_int_equal(wc.status, IBV_WC_SUCCESS);
-	ibv_dereg_mr(ms);
-	ibv_dereg_mr(md);
-	free(src);
-	free(dst);
+	big_down(&g);
 	end_close(&a);
 	end_close(&b);
 }
